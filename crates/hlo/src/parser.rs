@@ -1,0 +1,2362 @@
+//! Hand-written recursive-descent parser for HLO text (HLO_GRAMMAR §1–§9).
+//!
+//! One token of lookahead; attribute values are parsed by type, decided by the
+//! attribute's name. Recursion is bounded by [`MAX_DEPTH`] so no input can
+//! overflow the stack, and nothing is allocated in proportion to a declared shape.
+
+use crate::attr::*;
+use crate::error::ParseError;
+use crate::ir::*;
+use crate::lexer::{Lexer, Tok, Token};
+use crate::literal::{round_to_type, Literal, LiteralData};
+use crate::opcode::Opcode;
+use crate::shape::{ArrayShape, Layout, Shape, COMBINE_DIM, UNBOUNDED_DIM};
+use crate::types::{PrimitiveType, TypeKind};
+use rustc_hash::FxHashMap;
+
+/// Deepest nesting of shapes, literals, operands or attribute values accepted.
+pub const MAX_DEPTH: usize = 256;
+/// Largest byte size of one array shape accepted (XLA: must fit in int64).
+const MAX_SHAPE_BYTES: i128 = i64::MAX as i128;
+/// Longest raw attribute blob (backend_config, origin...) accepted.
+const MAX_RAW_LEN: usize = 64 << 20;
+
+type PResult<T> = Result<T, ParseError>;
+
+/// Where each instruction and computation starts in the source text: a side
+/// table indexed by [`InstrId`] / [`CompId`], used to point diagnostics at the text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceMap {
+    pub instr_offsets: Vec<usize>,
+    pub comp_offsets: Vec<usize>,
+}
+
+/// Parses text holding exactly one module.
+pub fn parse_module(text: &str) -> PResult<Module> {
+    let mut mods = parse_modules_with_spans(text)?;
+    if mods.len() != 1 {
+        return Err(ParseError::new(
+            0,
+            1,
+            format!("expected one module, found {}", mods.len()),
+        ));
+    }
+    Ok(mods.pop().expect("one module").0)
+}
+
+/// Parses text holding one or more modules (each after an `HloModule` header;
+/// `// -----` separators are comments).
+pub fn parse_modules(text: &str) -> PResult<Vec<Module>> {
+    Ok(parse_modules_with_spans(text)?
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect())
+}
+
+/// Like [`parse_modules`], also returning each module's [`SourceMap`].
+pub fn parse_modules_with_spans(text: &str) -> PResult<Vec<(Module, SourceMap)>> {
+    let mut p = Parser::new(text);
+    let mut out = Vec::new();
+    loop {
+        let m = p.module()?;
+        out.push((m, std::mem::take(&mut p.spans)));
+        if p.tok.tok == Tok::Eof {
+            return Ok(out);
+        }
+        if p.tok.tok != Tok::Ident("HloModule") {
+            return Err(p.err_here("expected 'HloModule' or end of input"));
+        }
+    }
+}
+
+struct Parser<'a> {
+    lex: Lexer<'a>,
+    tok: Token<'a>,
+    depth: usize,
+    comps: Vec<Computation>,
+    instrs: Vec<Instruction>,
+    comp_names: FxHashMap<String, CompId>,
+    /// Instruction names of the computation being parsed.
+    scope: FxHashMap<&'a str, InstrId>,
+    anon_counter: usize,
+    spans: SourceMap,
+    /// Start of the instruction being parsed, for the source map.
+    cur_instr_start: usize,
+}
+
+/// How an attribute's value is written, decided by its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AttrKind {
+    Int,
+    Float,
+    Bool,
+    Ident,
+    Str,
+    Ints,
+    IntsOrLists,
+    Bools,
+    Idents,
+    Comp,
+    CompOrComps,
+    Comps,
+    Instrs,
+    Window,
+    Slice,
+    Padding,
+    DimLabels,
+    Sharding,
+    ReplicaGroups,
+    Metadata,
+    Frontend,
+    BackendConfig,
+    Shape,
+    Shapes,
+    Literal,
+    OperandAliasing,
+    Raw,
+}
+
+fn attr_kind(name: &str) -> AttrKind {
+    use AttrKind::*;
+    match name {
+        "dimensions"
+        | "lhs_batch_dims"
+        | "rhs_batch_dims"
+        | "lhs_contracting_dims"
+        | "rhs_contracting_dims"
+        | "offset_dims"
+        | "collapsed_slice_dims"
+        | "start_index_map"
+        | "update_window_dims"
+        | "inserted_window_dims"
+        | "scatter_dims_to_operand_dims"
+        | "operand_batching_dims"
+        | "start_indices_batching_dims"
+        | "input_batching_dims"
+        | "scatter_indices_batching_dims"
+        | "fft_length"
+        | "dynamic_slice_sizes"
+        | "lhs_ragged_dims"
+        | "rhs_group_dims" => Ints,
+        "slice_sizes" | "source_target_pairs" => IntsOrLists,
+        "iota_dimension"
+        | "index"
+        | "k"
+        | "feature_index"
+        | "exponent_bits"
+        | "mantissa_bits"
+        | "feature_group_count"
+        | "batch_group_count"
+        | "index_vector_dim"
+        | "channel_id"
+        | "delta"
+        | "num_carries"
+        | "cross_program_prefetch_index"
+        | "inferred_dimension"
+        | "async_group_id" => Int,
+        "epsilon" => Float,
+        "is_stable"
+        | "indices_are_sorted"
+        | "unique_indices"
+        | "use_global_device_ids"
+        | "constrain_layout"
+        | "largest"
+        | "left_side"
+        | "lower"
+        | "unit_diagonal"
+        | "custom_call_has_side_effect"
+        | "is_host_transfer"
+        | "is_composite"
+        | "is_reverse"
+        | "is_associative" => Bool,
+        "direction" | "type" | "kind" | "distribution" | "algorithm" | "fft_type"
+        | "transpose_a" | "padding_type" | "schedule" | "api_version" | "mode" | "conv_kind" => {
+            Ident
+        }
+        "custom_call_target" | "infeed_config" | "outfeed_config" | "async_execution_thread" => Str,
+        "operand_precision" => Idents,
+        "parameter_replication" => Bools,
+        "to_apply" | "condition" | "body" | "select" | "scatter" | "true_computation"
+        | "false_computation" => Comp,
+        "calls" => CompOrComps,
+        "branch_computations" | "called_computations" => Comps,
+        "control-predecessors" => Instrs,
+        "window" => Window,
+        "slice" => Slice,
+        "padding" => Padding,
+        "dim_labels" => DimLabels,
+        "sharding" => Sharding,
+        "replica_groups" => ReplicaGroups,
+        "metadata" => Metadata,
+        "frontend_attributes" => Frontend,
+        "backend_config" => BackendConfig,
+        "outfeed_shape" => Shape,
+        "operand_layout_constraints" => Shapes,
+        "literal" => Literal,
+        "output_to_operand_aliasing" => OperandAliasing,
+        _ => Raw,
+    }
+}
+
+/// Attributes whose canonical spelling is uppercase (parsed case-insensitively).
+fn normalize_enum(name: &str, v: &str) -> String {
+    match name {
+        "direction" | "type" | "fft_type" | "transpose_a" => v.to_ascii_uppercase(),
+        _ => v.to_string(),
+    }
+}
+
+impl<'a> Parser<'a> {
+    fn new(text: &'a str) -> Parser<'a> {
+        let mut lex = Lexer::new(text);
+        let tok = lex.next_token();
+        Parser {
+            lex,
+            tok,
+            depth: 0,
+            comps: Vec::new(),
+            instrs: Vec::new(),
+            comp_names: FxHashMap::default(),
+            scope: FxHashMap::default(),
+            anon_counter: 0,
+            spans: SourceMap::default(),
+            cur_instr_start: 0,
+        }
+    }
+
+    /// Adds an instruction to the arena, recording where the current token starts.
+    fn push_instr(&mut self, ins: Instruction) {
+        self.instrs.push(ins);
+        self.spans.instr_offsets.push(self.cur_instr_start);
+    }
+
+    // ----- token helpers -------------------------------------------------------
+
+    fn bump(&mut self) -> Token<'a> {
+        let next = self.lex.next_token();
+        std::mem::replace(&mut self.tok, next)
+    }
+
+    fn err_at(&self, t: &Token, msg: impl Into<String>) -> ParseError {
+        ParseError::new(t.start, t.end.saturating_sub(t.start).max(1), msg)
+    }
+
+    fn err_here(&self, msg: impl Into<String>) -> ParseError {
+        if let Tok::Error(e) = &self.tok.tok {
+            return self.err_at(&self.tok, e.clone());
+        }
+        self.err_at(&self.tok, msg)
+    }
+
+    fn expected(&self, what: &str) -> ParseError {
+        if let Tok::Error(e) = &self.tok.tok {
+            return self.err_at(&self.tok, e.clone());
+        }
+        self.err_here(format!(
+            "expected {what}, found {}",
+            self.tok.tok.describe()
+        ))
+    }
+
+    fn eat(&mut self, t: Tok<'static>) -> bool {
+        if self.tok.tok == t {
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, t: Tok<'static>, what: &str) -> PResult<Token<'a>> {
+        if self.tok.tok == t {
+            Ok(self.bump())
+        } else {
+            Err(self.expected(what))
+        }
+    }
+
+    fn is_ident(&self, s: &str) -> bool {
+        self.tok.tok == Tok::Ident(s)
+    }
+
+    fn enter(&mut self) -> PResult<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self
+                .err_here(format!("nesting is deeper than {MAX_DEPTH} levels"))
+                .with_hint("real HLO never nests this deep; the input is probably corrupt"));
+        }
+        Ok(())
+    }
+
+    fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    fn int(&mut self) -> PResult<i64> {
+        match self.tok.tok {
+            Tok::Int(v) => {
+                let t = self.bump();
+                i64::try_from(v)
+                    .map_err(|_| self.err_at(&t, format!("integer {v} is out of range")))
+            }
+            _ => Err(self.expected("an integer")),
+        }
+    }
+
+    fn bool_value(&mut self) -> PResult<bool> {
+        match self.tok.tok {
+            Tok::Ident("true") => {
+                self.bump();
+                Ok(true)
+            }
+            Tok::Ident("false") => {
+                self.bump();
+                Ok(false)
+            }
+            _ => Err(self.expected("'true' or 'false'")),
+        }
+    }
+
+    fn string(&mut self) -> PResult<String> {
+        match &self.tok.tok {
+            Tok::Str(s) => {
+                let s = s.to_string();
+                self.bump();
+                Ok(s)
+            }
+            _ => Err(self.expected("a string")),
+        }
+    }
+
+    /// A name: `%x`, or a bare identifier.
+    fn name(&mut self) -> PResult<&'a str> {
+        match self.tok.tok {
+            Tok::Name(n) | Tok::Ident(n) => {
+                self.bump();
+                Ok(n)
+            }
+            _ => Err(self.expected("a name")),
+        }
+    }
+
+    /// `{i, j, ...}`
+    fn int_list_braced(&mut self) -> PResult<Vec<i64>> {
+        self.expect(Tok::LBrace, "'{'")?;
+        let v = self.int_list_until(Tok::RBrace)?;
+        self.expect(Tok::RBrace, "'}'")?;
+        Ok(v)
+    }
+
+    /// Comma-separated ints up to (not including) `close`.
+    fn int_list_until(&mut self, close: Tok<'static>) -> PResult<Vec<i64>> {
+        let mut v = Vec::new();
+        if self.tok.tok == close {
+            return Ok(v);
+        }
+        loop {
+            v.push(self.int()?);
+            if !self.eat(Tok::Comma) {
+                return Ok(v);
+            }
+        }
+    }
+
+    /// `[i, j, ...]`
+    fn int_list_bracketed(&mut self) -> PResult<Vec<i64>> {
+        self.expect(Tok::LBracket, "'['")?;
+        let v = self.int_list_until(Tok::RBracket)?;
+        self.expect(Tok::RBracket, "']'")?;
+        Ok(v)
+    }
+
+    /// Captures a raw value verbatim: a balanced `{..}`/`[..]`/`(..)`, or one token.
+    fn raw_value(&mut self) -> PResult<String> {
+        match self.tok.tok {
+            Tok::LBrace | Tok::LBracket | Tok::LParen => {
+                self.lex.reset_to(self.tok.start);
+                let start = self.tok.start;
+                let text = self
+                    .lex
+                    .scan_balanced(MAX_RAW_LEN)
+                    .map_err(|e| ParseError::new(start, 1, e))?;
+                self.tok = self.lex.next_token();
+                Ok(text.to_string())
+            }
+            Tok::Eof | Tok::Comma | Tok::RBrace | Tok::RParen => Err(self.expected("a value")),
+            Tok::Error(_) => Err(self.expected("a value")),
+            _ => {
+                let t = self.bump();
+                Ok(self.lex.source()[t.start..t.end].to_string())
+            }
+        }
+    }
+
+    // ----- shapes --------------------------------------------------------------
+
+    fn at_shape_start(&mut self) -> bool {
+        match self.tok.tok {
+            Tok::LParen => true,
+            // `b(` opens a buffer shape; a bare `b` is a name.
+            Tok::Ident("b") => self.peek_next().tok == Tok::LParen,
+            Tok::Ident(s) => PrimitiveType::from_name(s).is_some(),
+            _ => false,
+        }
+    }
+
+    /// The token after the current one, without consuming anything.
+    fn peek_next(&mut self) -> Token<'a> {
+        let save = self.lex.pos();
+        let next = self.lex.next_token();
+        self.lex.reset_to(save);
+        next
+    }
+
+    fn shape(&mut self) -> PResult<Shape> {
+        self.enter()?;
+        let r = self.shape_inner();
+        self.leave();
+        r
+    }
+
+    fn shape_inner(&mut self) -> PResult<Shape> {
+        match self.tok.tok {
+            Tok::LParen => {
+                self.bump();
+                let mut elems = Vec::new();
+                if !self.eat(Tok::RParen) {
+                    loop {
+                        elems.push(self.shape()?);
+                        if self.eat(Tok::RParen) {
+                            break;
+                        }
+                        self.expect(Tok::Comma, "',' or ')' in tuple shape")?;
+                    }
+                }
+                Ok(Shape::Tuple(elems))
+            }
+            Tok::Ident("b") => {
+                self.bump();
+                self.expect(Tok::LParen, "'(' after 'b'")?;
+                let inner = self.shape()?;
+                self.expect(Tok::RParen, "')'")?;
+                Ok(Shape::Buffer(Box::new(inner)))
+            }
+            Tok::Ident(s) => match PrimitiveType::from_name(s) {
+                Some(ty) => {
+                    let t = self.bump();
+                    self.array_shape(ty, t)
+                }
+                None => Err(self.expected("a shape")),
+            },
+            _ => Err(self.expected("a shape")),
+        }
+    }
+
+    fn array_shape(&mut self, ty: PrimitiveType, type_tok: Token<'a>) -> PResult<Shape> {
+        self.expect(Tok::LBracket, "'[' after element type")?;
+        let mut dims = Vec::new();
+        let mut dynamic = Vec::new();
+        if !self.eat(Tok::RBracket) {
+            loop {
+                let (d, dy) = match self.tok.tok {
+                    Tok::Question => {
+                        self.bump();
+                        (UNBOUNDED_DIM, true)
+                    }
+                    Tok::Leq => {
+                        self.bump();
+                        (self.int()?, true)
+                    }
+                    _ => (self.int()?, false),
+                };
+                if d < 0 && d != UNBOUNDED_DIM {
+                    return Err(self.err_at(&type_tok, format!("negative dimension size {d}")));
+                }
+                dims.push(d);
+                dynamic.push(dy);
+                if self.eat(Tok::RBracket) {
+                    break;
+                }
+                self.expect(Tok::Comma, "',' or ']' in dimensions")?;
+            }
+        }
+        if !dynamic.iter().any(|&d| d) {
+            dynamic.clear();
+        }
+        let bytes = dims
+            .iter()
+            .filter(|&&d| d != UNBOUNDED_DIM)
+            .try_fold(ty.bit_width().max(8) as i128 / 8, |acc, &d| {
+                acc.checked_mul(d as i128).filter(|&b| b <= MAX_SHAPE_BYTES)
+            });
+        if bytes.is_none() {
+            return Err(self
+                .err_at(
+                    &type_tok,
+                    "shape is too large: its size in bytes does not fit in 64 bits",
+                )
+                .with_hint("check the dimension sizes"));
+        }
+        let layout = if self.tok.tok == Tok::LBrace && self.layout_follows() {
+            Some(self.layout(dims.len(), &type_tok)?)
+        } else {
+            None
+        };
+        Ok(Shape::Array(ArrayShape {
+            ty,
+            dims,
+            dynamic,
+            layout,
+        }))
+    }
+
+    /// After a shape, `{` starts a layout only if the next token is an int or `:`.
+    fn layout_follows(&mut self) -> bool {
+        let next = self.peek_next();
+        // `{}` is the (empty) layout of a scalar: a computation body is never empty.
+        matches!(next.tok, Tok::Int(_) | Tok::Colon | Tok::RBrace)
+    }
+
+    fn layout(&mut self, rank: usize, type_tok: &Token<'a>) -> PResult<Layout> {
+        self.expect(Tok::LBrace, "'{'")?;
+        let minor_to_major = if self.tok.tok == Tok::Colon {
+            Vec::new()
+        } else {
+            self.int_list_until(Tok::RBrace)?
+        };
+        let mut l = Layout {
+            minor_to_major,
+            ..Layout::default()
+        };
+        if l.minor_to_major.len() != rank {
+            return Err(self.err_at(
+                type_tok,
+                format!(
+                    "layout has {} dimensions but the shape has rank {rank}",
+                    l.minor_to_major.len()
+                ),
+            ));
+        }
+        if self.eat(Tok::Colon) {
+            self.layout_attrs(&mut l)?;
+        }
+        self.expect(Tok::RBrace, "'}' to close the layout")?;
+        Ok(l)
+    }
+
+    fn layout_attrs(&mut self, l: &mut Layout) -> PResult<()> {
+        loop {
+            match self.tok.tok {
+                Tok::Ident("D") => {
+                    self.bump();
+                    l.dim_level_types = Some(self.dim_level_types()?);
+                }
+                Tok::Ident("T") => {
+                    self.bump();
+                    while self.tok.tok == Tok::LParen {
+                        self.bump();
+                        let mut tile = Vec::new();
+                        while self.tok.tok != Tok::RParen {
+                            if self.eat(Tok::Star) {
+                                tile.push(COMBINE_DIM);
+                            } else {
+                                tile.push(self.int()?);
+                            }
+                            if !self.eat(Tok::Comma) {
+                                break;
+                            }
+                        }
+                        self.expect(Tok::RParen, "')' to close a tile")?;
+                        l.tiles.push(tile);
+                    }
+                }
+                Tok::Ident("L") => l.tail_padding_alignment = Some(self.layout_int_part()?),
+                Tok::Hash => l.index_type = Some(self.layout_type_part()?),
+                Tok::Star => l.pointer_type = Some(self.layout_type_part()?),
+                Tok::Ident("E") => l.element_size_bits = Some(self.layout_int_part()?),
+                Tok::Ident("S") => l.memory_space = Some(self.layout_int_part()?),
+                Tok::Ident("M") => l.dynamic_metadata_prefix_bytes = Some(self.layout_int_part()?),
+                Tok::Ident("SC") => {
+                    self.bump();
+                    while self.eat(Tok::LParen) {
+                        let dim = self.int()?;
+                        self.expect(Tok::Colon, "':' in split config")?;
+                        let idx = self.int_list_until(Tok::RParen)?;
+                        self.expect(Tok::RParen, "')'")?;
+                        l.split_configs.push((dim, idx));
+                    }
+                }
+                Tok::Ident("P") => {
+                    self.bump();
+                    self.expect(Tok::LParen, "'('")?;
+                    l.physical_shape = Some(Box::new(self.shape()?));
+                    self.expect(Tok::RParen, "')'")?;
+                }
+                Tok::RBrace => return Ok(()),
+                _ => return Err(self.expected("a layout attribute (T, L, E, S, ...) or '}'")),
+            }
+        }
+    }
+
+    fn dim_level_types(&mut self) -> PResult<Vec<String>> {
+        self.expect(Tok::LParen, "'('")?;
+        let mut out = Vec::new();
+        while self.tok.tok != Tok::RParen {
+            let t = self.bump();
+            let mut s = match t.tok {
+                Tok::Ident(s) => s.to_string(),
+                _ => return Err(self.err_at(&t, "expected a dim level type (D, C, S, H)")),
+            };
+            if self.eat(Tok::Plus) {
+                s.push('+');
+            }
+            if self.eat(Tok::Tilde) {
+                s.push('~');
+            }
+            out.push(s);
+            if !self.eat(Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(Tok::RParen, "')'")?;
+        Ok(out)
+    }
+
+    fn layout_int_part(&mut self) -> PResult<i64> {
+        self.bump();
+        self.expect(Tok::LParen, "'('")?;
+        let v = self.int()?;
+        self.expect(Tok::RParen, "')'")?;
+        Ok(v)
+    }
+
+    fn layout_type_part(&mut self) -> PResult<PrimitiveType> {
+        self.bump();
+        self.expect(Tok::LParen, "'('")?;
+        let t = self.bump();
+        let ty = match t.tok {
+            Tok::Ident(s) => PrimitiveType::from_name(s),
+            _ => None,
+        };
+        self.expect(Tok::RParen, "')'")?;
+        ty.ok_or_else(|| self.err_at(&t, "expected an element type"))
+    }
+
+    // ----- module --------------------------------------------------------------
+
+    fn push_comp_offset(&mut self, offset: usize) {
+        self.spans.comp_offsets.push(offset);
+    }
+
+    fn module(&mut self) -> PResult<Module> {
+        self.spans = SourceMap::default();
+        self.comps.clear();
+        self.instrs.clear();
+        self.comp_names.clear();
+        let mut name = String::new();
+        let mut config = ModuleConfig::default();
+        if self.is_ident("HloModule") {
+            self.bump();
+            name = self.name()?.to_string();
+            while self.eat(Tok::Comma) {
+                self.module_attr(&mut config)?;
+            }
+        }
+        let stack_frames = if self.is_ident("FileNames") {
+            Some(self.stack_frame_index()?)
+        } else {
+            None
+        };
+        let mut entry = None;
+        while self.tok.tok != Tok::Eof && !self.is_ident("HloModule") {
+            let (id, is_entry) = self.computation()?;
+            if is_entry {
+                if entry.is_some() {
+                    return Err(self.err_here("more than one ENTRY computation"));
+                }
+                entry = Some(id);
+            }
+        }
+        let Some(entry) = entry.or_else(|| self.last_visible_comp()) else {
+            return Err(self.err_here("the module has no computations"));
+        };
+        self.comps[entry.index()].is_entry = true;
+        if let Some((params, result)) = &config.entry_layout {
+            let c = &self.comps[entry.index()];
+            if params.len() != c.params.len() {
+                return Err(ParseError::new(
+                    0,
+                    1,
+                    format!(
+                    "entry_computation_layout has {} parameters but the entry computation has {}",
+                    params.len(),
+                    c.params.len()
+                ),
+                ));
+            }
+            let root_shape = &self.instrs[c.root.index()].shape;
+            if !result.compatible(root_shape) {
+                return Err(ParseError::new(
+                    0,
+                    1,
+                    "entry_computation_layout result does not match the entry ROOT shape",
+                ));
+            }
+        }
+        Ok(Module {
+            name,
+            config,
+            stack_frames,
+            comps: std::mem::take(&mut self.comps),
+            instrs: std::mem::take(&mut self.instrs),
+            entry,
+        })
+    }
+
+    fn last_visible_comp(&self) -> Option<CompId> {
+        (0..self.comps.len())
+            .rev()
+            .find(|&i| !self.comps[i].is_async_sugar)
+            .map(|i| CompId(i as u32))
+    }
+
+    fn module_attr(&mut self, c: &mut ModuleConfig) -> PResult<()> {
+        let t = self.bump();
+        let Tok::AttrName(name) = t.tok else {
+            return Err(self.err_at(
+                &t,
+                format!("expected a module attribute, found {}", t.tok.describe()),
+            ));
+        };
+        let dup = |set: bool| -> PResult<()> {
+            if set {
+                Err(self.err_at(&t, format!("duplicate module attribute '{name}'")))
+            } else {
+                Ok(())
+            }
+        };
+        match name {
+            "is_scheduled" => {
+                dup(c.is_scheduled.is_some())?;
+                c.is_scheduled = Some(self.bool_value()?);
+            }
+            "alias_passthrough_params" => {
+                dup(c.alias_passthrough_params.is_some())?;
+                c.alias_passthrough_params = Some(self.bool_value()?);
+            }
+            "replica_count" => {
+                dup(c.replica_count.is_some())?;
+                c.replica_count = Some(self.positive_int("replica_count")?);
+            }
+            "num_partitions" => {
+                dup(c.num_partitions.is_some())?;
+                c.num_partitions = Some(self.positive_int("num_partitions")?);
+            }
+            "entry_computation_layout" => {
+                dup(c.entry_layout.is_some())?;
+                self.expect(Tok::LBrace, "'{'")?;
+                self.expect(Tok::LParen, "'('")?;
+                let mut params = Vec::new();
+                if !self.eat(Tok::RParen) {
+                    loop {
+                        let mut s = self.shape()?;
+                        s.fill_default_layouts();
+                        params.push(s);
+                        if self.eat(Tok::RParen) {
+                            break;
+                        }
+                        self.expect(Tok::Comma, "',' or ')'")?;
+                    }
+                }
+                self.expect(Tok::Arrow, "'->'")?;
+                let mut result = self.shape()?;
+                result.fill_default_layouts();
+                self.expect(Tok::RBrace, "'}'")?;
+                c.entry_layout = Some((params, result));
+            }
+            "input_output_alias" => {
+                dup(c.has_input_output_alias)?;
+                c.has_input_output_alias = true;
+                self.expect(Tok::LBrace, "'{'")?;
+                while self.tok.tok != Tok::RBrace {
+                    let out_idx = self.int_list_braced()?;
+                    self.expect(Tok::Colon, "':'")?;
+                    self.expect(Tok::LParen, "'('")?;
+                    let param = self.int()?;
+                    self.expect(Tok::Comma, "','")?;
+                    let param_idx = self.int_list_braced()?;
+                    let kind = if self.eat(Tok::Comma) {
+                        match self.bump().tok {
+                            Tok::Ident(k @ ("may-alias" | "must-alias")) => Some(k.to_string()),
+                            _ => return Err(self.err_here("expected 'may-alias' or 'must-alias'")),
+                        }
+                    } else {
+                        None
+                    };
+                    self.expect(Tok::RParen, "')'")?;
+                    c.input_output_alias.push((out_idx, param, param_idx, kind));
+                    if !self.eat(Tok::Comma) {
+                        break;
+                    }
+                }
+                self.expect(Tok::RBrace, "'}'")?;
+            }
+            "buffer_donor" => {
+                dup(c.has_buffer_donor)?;
+                c.has_buffer_donor = true;
+                self.expect(Tok::LBrace, "'{'")?;
+                while self.tok.tok != Tok::RBrace {
+                    self.expect(Tok::LParen, "'('")?;
+                    let param = self.int()?;
+                    self.expect(Tok::Comma, "','")?;
+                    let idx = self.int_list_braced()?;
+                    self.expect(Tok::RParen, "')'")?;
+                    c.buffer_donor.push((param, idx));
+                    if !self.eat(Tok::Comma) {
+                        break;
+                    }
+                }
+                self.expect(Tok::RBrace, "'}'")?;
+            }
+            "frontend_attributes" => {
+                dup(c.frontend_attributes.is_some())?;
+                c.frontend_attributes = Some(self.frontend_attrs()?);
+            }
+            _ => {
+                dup(c.extra.iter().any(|(n, _)| n == name))?;
+                let v = self.raw_value()?;
+                c.extra.push((name.to_string(), v));
+            }
+        }
+        Ok(())
+    }
+
+    fn positive_int(&mut self, what: &str) -> PResult<i64> {
+        let t = self.tok.clone();
+        let v = self.int()?;
+        if v < 1 {
+            return Err(self.err_at(&t, format!("{what} must be at least 1")));
+        }
+        Ok(v)
+    }
+
+    fn stack_frame_index(&mut self) -> PResult<StackFrameIndex> {
+        let mut idx = StackFrameIndex::default();
+        self.bump(); // FileNames
+        while let Tok::Int(_) = self.tok.tok {
+            self.bump();
+            idx.file_names.push(self.string()?);
+        }
+        self.expect(Tok::Ident("FunctionNames"), "'FunctionNames'")?;
+        while let Tok::Int(_) = self.tok.tok {
+            self.bump();
+            idx.function_names.push(self.string()?);
+        }
+        self.expect(Tok::Ident("FileLocations"), "'FileLocations'")?;
+        while let Tok::Int(_) = self.tok.tok {
+            self.bump();
+            let f = self.sub_attrs(&[
+                "file_name_id",
+                "function_name_id",
+                "line",
+                "end_line",
+                "column",
+                "end_column",
+            ])?;
+            idx.file_locations.push(FileLocation {
+                file_name_id: f[0],
+                function_name_id: f[1],
+                line: f[2],
+                end_line: f[3],
+                column: f[4],
+                end_column: f[5],
+            });
+        }
+        self.expect(Tok::Ident("StackFrames"), "'StackFrames'")?;
+        while let Tok::Int(_) = self.tok.tok {
+            self.bump();
+            let f = self.sub_attrs(&["file_location_id", "parent_frame_id"])?;
+            idx.stack_frames.push(StackFrame {
+                file_location_id: f[0],
+                parent_frame_id: f[1],
+            });
+        }
+        Ok(idx)
+    }
+
+    /// `{a=1 b=2}` with exactly the given integer fields (in any order).
+    fn sub_attrs(&mut self, fields: &[&str]) -> PResult<Vec<i64>> {
+        self.expect(Tok::LBrace, "'{'")?;
+        let mut vals = vec![None; fields.len()];
+        while self.tok.tok != Tok::RBrace {
+            let t = self.bump();
+            let Tok::AttrName(n) = t.tok else {
+                return Err(self.err_at(&t, "expected 'field='"));
+            };
+            let Some(i) = fields.iter().position(|f| *f == n) else {
+                return Err(self
+                    .err_at(&t, format!("unknown field '{n}'"))
+                    .with_hint(format!("expected one of: {}", fields.join(", "))));
+            };
+            vals[i] = Some(self.int()?);
+            self.eat(Tok::Comma);
+        }
+        let close = self.expect(Tok::RBrace, "'}'")?;
+        vals.iter()
+            .zip(fields)
+            .map(|(v, f)| v.ok_or_else(|| self.err_at(&close, format!("missing field '{f}'"))))
+            .collect()
+    }
+
+    // ----- computations --------------------------------------------------------
+
+    fn computation(&mut self) -> PResult<(CompId, bool)> {
+        let is_entry = self.eat(Tok::Ident("ENTRY"));
+        let name_tok = self.tok.clone();
+        let name = self.name()?;
+        if self.comp_names.contains_key(name) {
+            return Err(self.err_at(&name_tok, format!("computation '{name}' is defined twice")));
+        }
+        let declared_result = if self.tok.tok == Tok::LParen {
+            Some(self.program_shape()?)
+        } else {
+            None
+        };
+        self.expect(Tok::LBrace, "'{' to open the computation body")?;
+        let id = CompId(self.comps.len() as u32);
+        self.push_comp_offset(name_tok.start);
+        self.comps.push(Computation {
+            name: name.to_string(),
+            instrs: Vec::new(),
+            root: InstrId(0),
+            params: Vec::new(),
+            is_entry,
+            execution_thread: None,
+            is_async_sugar: false,
+        });
+        self.scope.clear();
+        let mut instrs = Vec::new();
+        let mut root = None;
+        while self.tok.tok != Tok::RBrace {
+            if self.tok.tok == Tok::Eof {
+                return Err(self
+                    .err_here("unexpected end of input inside a computation")
+                    .with_hint("a '}' is missing"));
+            }
+            let is_root = self.eat(Tok::Ident("ROOT"));
+            let start = self.tok.clone();
+            let iid = self.instruction(id, &mut instrs)?;
+            if is_root {
+                if root.is_some() {
+                    return Err(self.err_at(&start, "a computation can have only one ROOT"));
+                }
+                root = Some(iid);
+            }
+        }
+        let close = self.bump();
+        let Some(root) = root.or_else(|| instrs.last().copied()) else {
+            return Err(self.err_at(&close, format!("computation '{name}' has no instructions")));
+        };
+        let params = self.collect_params(&instrs, name, &close)?;
+        if let Some(declared) = declared_result {
+            if !declared.compatible(&self.instrs[root.index()].shape) {
+                return Err(self.err_at(
+                    &name_tok,
+                    format!(
+                        "computation '{name}' declares result {} but its ROOT has shape {}",
+                        declared,
+                        self.instrs[root.index()].shape.without_layouts()
+                    ),
+                ));
+            }
+        }
+        let mut execution_thread = None;
+        if self.tok.tok == Tok::Comma && self.peek_is_attr("execution_thread") {
+            self.bump();
+            self.bump();
+            execution_thread = Some(self.string()?);
+        }
+        let c = &mut self.comps[id.index()];
+        c.instrs = instrs;
+        c.root = root;
+        c.params = params;
+        c.execution_thread = execution_thread;
+        self.comp_names.insert(name.to_string(), id);
+        Ok((id, is_entry))
+    }
+
+    /// Parameters of a computation indexed by number; numbers must be dense and unique.
+    fn collect_params(
+        &self,
+        instrs: &[InstrId],
+        name: &str,
+        close: &Token<'a>,
+    ) -> PResult<Vec<InstrId>> {
+        let mut params: Vec<Option<InstrId>> = Vec::new();
+        for &iid in instrs {
+            let Some(n) = self.instrs[iid.index()].parameter_number else {
+                continue;
+            };
+            let at = self.spans.instr_offsets[iid.index()];
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|&n| n < 1 << 20)
+                .ok_or_else(|| ParseError::new(at, 1, format!("invalid parameter number {n}")))?;
+            if params.len() <= n {
+                params.resize(n + 1, None);
+            }
+            if params[n].replace(iid).is_some() {
+                return Err(ParseError::new(
+                    at,
+                    1,
+                    format!("duplicate parameter number {n}"),
+                ));
+            }
+        }
+        params
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                p.ok_or_else(|| {
+                    self.err_at(
+                        close,
+                        format!("computation '{name}' is missing parameter({i})"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn peek_is_attr(&mut self, name: &str) -> bool {
+        self.peek_next().tok == Tok::AttrName(name)
+    }
+
+    /// `(p0: shape, ...) -> shape`; returns the declared result shape.
+    fn program_shape(&mut self) -> PResult<Shape> {
+        self.expect(Tok::LParen, "'('")?;
+        if !self.eat(Tok::RParen) {
+            loop {
+                match self.tok.tok {
+                    Tok::Name(_) => {
+                        self.bump();
+                        self.eat(Tok::Colon);
+                    }
+                    _ => return Err(self.expected("a parameter name")),
+                }
+                self.shape()?;
+                if self.eat(Tok::RParen) {
+                    break;
+                }
+                self.expect(Tok::Comma, "',' or ')'")?;
+            }
+        }
+        self.expect(Tok::Arrow, "'->'")?;
+        self.shape()
+    }
+
+    // ----- instructions --------------------------------------------------------
+
+    fn instruction(&mut self, comp: CompId, order: &mut Vec<InstrId>) -> PResult<InstrId> {
+        let name_tok = self.tok.clone();
+        self.cur_instr_start = name_tok.start;
+        let name = match self.tok.tok {
+            Tok::AttrName(n) => {
+                self.bump();
+                n
+            }
+            Tok::Name(n) | Tok::Ident(n) => {
+                self.bump();
+                self.expect(Tok::Eq, "'=' after the instruction name")?;
+                n
+            }
+            _ => return Err(self.expected("an instruction")),
+        };
+        if self.scope.contains_key(name) {
+            return Err(self.err_at(
+                &name_tok,
+                format!("instruction name '{name}' is used twice in this computation"),
+            ));
+        }
+        let id = self.instruction_rhs(name.to_string(), comp, order, &name_tok)?;
+        self.scope.insert(name, id);
+        Ok(id)
+    }
+
+    fn resolve_opcode(&self, t: &Token<'a>) -> PResult<(Opcode, Option<Opcode>)> {
+        let Tok::Ident(s) = t.tok else {
+            return Err(self.err_at(t, format!("expected an opcode, found {}", t.tok.describe())));
+        };
+        if let Some(op) = Opcode::from_name(s) {
+            return Ok((op, None));
+        }
+        for (suffix, op) in [
+            ("-start", Opcode::AsyncStart),
+            ("-update", Opcode::AsyncUpdate),
+            ("-done", Opcode::AsyncDone),
+        ] {
+            if let Some(inner) = s.strip_suffix(suffix).and_then(Opcode::from_name) {
+                return Ok((op, Some(inner)));
+            }
+        }
+        let mut e = self.err_at(t, format!("unknown opcode '{s}'"));
+        if let Some(best) = closest_opcode(s) {
+            e = e.with_hint(format!("did you mean '{best}'?"));
+        }
+        Err(e)
+    }
+
+    fn instruction_rhs(
+        &mut self,
+        name: String,
+        comp: CompId,
+        order: &mut Vec<InstrId>,
+        name_tok: &Token<'a>,
+    ) -> PResult<InstrId> {
+        self.enter()?;
+        let r = self.instruction_rhs_inner(name, comp, order, name_tok);
+        self.leave();
+        r
+    }
+
+    fn instruction_rhs_inner(
+        &mut self,
+        name: String,
+        comp: CompId,
+        order: &mut Vec<InstrId>,
+        name_tok: &Token<'a>,
+    ) -> PResult<InstrId> {
+        let shape = if self.at_shape_start() {
+            let mut s = self.shape()?;
+            s.fill_default_layouts();
+            Some(s)
+        } else {
+            None
+        };
+        let op_tok = self.bump();
+        let (opcode, sugar) = self.resolve_opcode(&op_tok)?;
+        self.expect(Tok::LParen, "'(' after the opcode")?;
+        let mut parameter_number = None;
+        let mut literal = None;
+        let mut operands = Vec::new();
+        match opcode {
+            Opcode::Parameter => parameter_number = Some(self.int()?),
+            Opcode::Constant => match &shape {
+                Some(sh) => literal = Some(self.literal(sh)?),
+                None => return Err(self.missing_shape(&op_tok, &name)),
+            },
+            _ => {
+                if self.tok.tok != Tok::RParen {
+                    loop {
+                        operands.push(self.operand(comp, order)?);
+                        if !self.eat(Tok::Comma) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.expect(Tok::RParen, "')' to close the operand list")?;
+        if shape.is_none() && opcode == Opcode::Parameter {
+            return Err(self.missing_shape(&op_tok, &name));
+        }
+        let arity = if sugar.is_some() && opcode == Opcode::AsyncStart {
+            Opcode::AsyncStart.arity()
+        } else {
+            opcode.arity()
+        };
+        if !arity.accepts(operands.len()) {
+            return Err(self.err_at(
+                &op_tok,
+                format!(
+                    "'{}' takes {} but has {} operand(s)",
+                    op_tok_text(&op_tok),
+                    describe_arity(arity),
+                    operands.len()
+                ),
+            ));
+        }
+        let mut attrs: Vec<Attr> = Vec::new();
+        while self.eat(Tok::Comma) {
+            let t = self.bump();
+            let Tok::AttrName(aname) = t.tok else {
+                return Err(self.err_at(
+                    &t,
+                    format!(
+                        "expected an attribute like 'name=value', found {}",
+                        t.tok.describe()
+                    ),
+                ));
+            };
+            if attrs.iter().any(|a| a.name == aname) {
+                return Err(self.err_at(&t, format!("duplicate attribute '{aname}'")));
+            }
+            let value = self.attr_value(aname)?;
+            attrs.push(Attr {
+                name: aname.to_string(),
+                value,
+            });
+        }
+        attrs.sort_by_key(|a| print_rank(&a.name));
+        let shape = match shape {
+            Some(s) => s,
+            None => self.infer_missing_shape(opcode, sugar, &operands, &attrs, &op_tok, &name)?,
+        };
+        let id = InstrId(self.instrs.len() as u32);
+        let _ = name_tok;
+        self.push_instr(Instruction {
+            name,
+            opcode,
+            shape,
+            operands,
+            attrs,
+            parent: comp,
+            parameter_number,
+            literal,
+            async_sugar: sugar,
+        });
+        order.push(id);
+        if opcode == Opcode::AsyncStart && sugar.is_some() {
+            self.build_async_wrapped(id)?;
+        }
+        Ok(id)
+    }
+
+    fn missing_shape(&self, op_tok: &Token<'a>, name: &str) -> ParseError {
+        self.err_at(op_tok, format!("instruction '{name}' has no result shape"))
+            .with_hint("write the shape before the opcode, e.g. 'x = f32[4]{0} add(a, b)'")
+    }
+
+    /// Infers the shape of an instruction written without one, as XLA does.
+    fn infer_missing_shape(
+        &self,
+        op: Opcode,
+        sugar: Option<Opcode>,
+        operands: &[InstrId],
+        attrs: &[Attr],
+        op_tok: &Token<'a>,
+        name: &str,
+    ) -> PResult<Shape> {
+        if sugar.is_some() {
+            return Err(self.missing_shape(op_tok, name));
+        }
+        let shapes: Vec<&Shape> = operands
+            .iter()
+            .map(|o| &self.instrs[o.index()].shape)
+            .collect();
+        let sigs = crate::infer::ArenaSignatures {
+            comps: &self.comps,
+            instrs: &self.instrs,
+        };
+        match crate::infer::infer_shape(op, &shapes, attrs, &sigs) {
+            Ok(mut s) => {
+                s.fill_default_layouts();
+                Ok(s)
+            }
+            Err(crate::infer::InferError::NotInferable(_)) => Err(self.missing_shape(op_tok, name)),
+            Err(crate::infer::InferError::Invalid(msg)) => Err(self.err_at(op_tok, msg)),
+        }
+    }
+
+    /// For `X-start(ops), attrs` sugar: builds the hidden computation holding one
+    /// `X` over parameters, and links the start to it with `calls`.
+    fn build_async_wrapped(&mut self, start: InstrId) -> PResult<()> {
+        let s = &self.instrs[start.index()];
+        let inner_op = s.async_sugar.expect("sugar start");
+        let operand_shapes: Vec<Shape> = s
+            .operands
+            .iter()
+            .map(|o| self.instrs[o.index()].shape.clone())
+            .collect();
+        let result_shape = match &s.shape {
+            Shape::Tuple(t) if t.len() >= 2 => t[1].clone(),
+            other => other.clone(),
+        };
+        let inner_attrs: Vec<Attr> = s
+            .attrs
+            .iter()
+            .filter(|a| {
+                !matches!(
+                    a.name.as_str(),
+                    "metadata"
+                        | "backend_config"
+                        | "frontend_attributes"
+                        | "sharding"
+                        | "control-predecessors"
+                        | "async_execution_thread"
+                )
+            })
+            .cloned()
+            .collect();
+        let comp = CompId(self.comps.len() as u32);
+        let comp_name = format!("{}.async_wrapped", s.name);
+        let start_offset = self.spans.instr_offsets[start.index()];
+        let inner_name = format!("{}.wrapped", s.name);
+        let mut instrs = Vec::new();
+        let mut params = Vec::new();
+        for (i, sh) in operand_shapes.into_iter().enumerate() {
+            let pid = InstrId(self.instrs.len() as u32);
+            self.push_instr(Instruction {
+                name: format!("param_{i}"),
+                opcode: Opcode::Parameter,
+                shape: sh,
+                operands: Vec::new(),
+                attrs: Vec::new(),
+                parent: comp,
+                parameter_number: Some(i as i64),
+                literal: None,
+                async_sugar: None,
+            });
+            instrs.push(pid);
+            params.push(pid);
+        }
+        let root = InstrId(self.instrs.len() as u32);
+        self.push_instr(Instruction {
+            name: inner_name,
+            opcode: inner_op,
+            shape: result_shape,
+            operands: params.clone(),
+            attrs: inner_attrs,
+            parent: comp,
+            parameter_number: None,
+            literal: None,
+            async_sugar: None,
+        });
+        instrs.push(root);
+        self.push_comp_offset(start_offset);
+        self.comps.push(Computation {
+            name: comp_name,
+            instrs,
+            root,
+            params,
+            is_entry: false,
+            execution_thread: None,
+            is_async_sugar: true,
+        });
+        self.instrs[start.index()].attrs.push(Attr {
+            name: "calls".into(),
+            value: AttrValue::Comp(comp),
+        });
+        Ok(())
+    }
+
+    fn operand(&mut self, comp: CompId, order: &mut Vec<InstrId>) -> PResult<InstrId> {
+        let written = if self.at_shape_start() {
+            Some((self.tok.clone(), self.shape()?))
+        } else {
+            None
+        };
+        let t = self.tok.clone();
+        let id = match t.tok {
+            Tok::Name(n) => {
+                self.bump();
+                self.lookup(n, &t)?
+            }
+            Tok::Ident(n) => {
+                self.bump();
+                if self.tok.tok == Tok::LParen {
+                    self.nested_instruction(
+                        n,
+                        &t,
+                        written.as_ref().map(|w| w.1.clone()),
+                        comp,
+                        order,
+                    )?
+                } else {
+                    self.lookup(n, &t)?
+                }
+            }
+            _ => return Err(self.expected("an operand name")),
+        };
+        if let Some((st, ws)) = written {
+            let actual = &self.instrs[id.index()].shape;
+            if !ws.compatible(actual) {
+                return Err(self.err_at(
+                    &st,
+                    format!(
+                        "operand shape {} does not match the shape {} of '{}'",
+                        ws.without_layouts(),
+                        actual.without_layouts(),
+                        self.instrs[id.index()].name
+                    ),
+                ));
+            }
+        }
+        Ok(id)
+    }
+
+    fn lookup(&self, n: &str, t: &Token<'a>) -> PResult<InstrId> {
+        self.scope.get(n).copied().ok_or_else(|| {
+            self.err_at(t, format!("use of undefined instruction '{n}'"))
+                .with_hint("operands must be defined earlier in the same computation")
+        })
+    }
+
+    /// An anonymous instruction written inline as an operand (test syntax).
+    fn nested_instruction(
+        &mut self,
+        opcode: &'a str,
+        op_tok: &Token<'a>,
+        shape: Option<Shape>,
+        comp: CompId,
+        order: &mut Vec<InstrId>,
+    ) -> PResult<InstrId> {
+        let Some(mut shape) = shape else {
+            return Err(self.err_at(
+                op_tok,
+                format!("nested instruction '{opcode}' needs a shape"),
+            ));
+        };
+        shape.fill_default_layouts();
+        let (op, _) = self.resolve_opcode(op_tok)?;
+        self.enter()?;
+        self.expect(Tok::LParen, "'('")?;
+        let mut operands = Vec::new();
+        let mut parameter_number = None;
+        let mut literal = None;
+        if op == Opcode::Parameter {
+            parameter_number = Some(self.int()?);
+        } else if op == Opcode::Constant {
+            literal = Some(self.literal(&shape)?);
+        } else if self.tok.tok != Tok::RParen {
+            loop {
+                operands.push(self.operand(comp, order)?);
+                if !self.eat(Tok::Comma) {
+                    break;
+                }
+            }
+        }
+        self.expect(Tok::RParen, "')'")?;
+        self.leave();
+        self.anon_counter += 1;
+        let id = InstrId(self.instrs.len() as u32);
+        self.push_instr(Instruction {
+            name: format!("{opcode}.anon{}", self.anon_counter),
+            opcode: op,
+            shape,
+            operands,
+            attrs: Vec::new(),
+            parent: comp,
+            parameter_number,
+            literal,
+            async_sugar: None,
+        });
+        order.push(id);
+        Ok(id)
+    }
+
+    // ----- attribute values ----------------------------------------------------
+
+    fn attr_value(&mut self, name: &str) -> PResult<AttrValue> {
+        self.enter()?;
+        let r = self.attr_value_inner(name);
+        self.leave();
+        r
+    }
+
+    fn attr_value_inner(&mut self, name: &str) -> PResult<AttrValue> {
+        use AttrKind as K;
+        Ok(match attr_kind(name) {
+            K::Int => AttrValue::Int(self.int()?),
+            K::Float => AttrValue::Float(self.float_value()?),
+            K::Bool => AttrValue::Bool(self.bool_value()?),
+            K::Ident => match self.tok.tok {
+                Tok::Ident(s) => {
+                    self.bump();
+                    AttrValue::Ident(normalize_enum(name, s))
+                }
+                _ => return Err(self.expected("an enum value")),
+            },
+            K::Str => AttrValue::Str(self.string()?),
+            K::Ints => AttrValue::Ints(self.int_list_braced()?),
+            K::IntsOrLists => self.ints_or_lists()?,
+            K::Bools => {
+                self.expect(Tok::LBrace, "'{'")?;
+                let mut v = Vec::new();
+                while self.tok.tok != Tok::RBrace {
+                    v.push(self.bool_value()?);
+                    if !self.eat(Tok::Comma) {
+                        break;
+                    }
+                }
+                self.expect(Tok::RBrace, "'}'")?;
+                AttrValue::Bools(v)
+            }
+            K::Idents => AttrValue::Idents(self.ident_list()?),
+            K::Comp => AttrValue::Comp(self.comp_ref()?),
+            K::CompOrComps => {
+                if self.tok.tok == Tok::LBrace {
+                    AttrValue::Comps(self.comp_list()?)
+                } else {
+                    AttrValue::Comp(self.comp_ref()?)
+                }
+            }
+            K::Comps => AttrValue::Comps(self.comp_list()?),
+            K::Instrs => {
+                self.expect(Tok::LBrace, "'{'")?;
+                let mut v = Vec::new();
+                while self.tok.tok != Tok::RBrace {
+                    let t = self.tok.clone();
+                    let n = self.name()?;
+                    v.push(self.lookup(n, &t)?);
+                    if !self.eat(Tok::Comma) {
+                        break;
+                    }
+                }
+                self.expect(Tok::RBrace, "'}'")?;
+                AttrValue::Instrs(v)
+            }
+            K::Window => AttrValue::Window(self.window()?),
+            K::Slice => AttrValue::Slice(self.slice_attr()?),
+            K::Padding => AttrValue::Padding(self.padding_attr()?),
+            K::DimLabels => {
+                let t = self.bump();
+                match t.tok {
+                    Tok::DimLabels(s) => AttrValue::DimLabels(
+                        parse_dim_labels(s)
+                            .ok_or_else(|| self.err_at(&t, format!("invalid dim_labels '{s}'")))?,
+                    ),
+                    _ => return Err(self.err_at(&t, "expected dim_labels like 'b01f_01io->b01f'")),
+                }
+            }
+            K::Sharding => AttrValue::Sharding(self.sharding()?),
+            K::ReplicaGroups => AttrValue::ReplicaGroups(self.replica_groups()?),
+            K::Metadata => AttrValue::Metadata(Box::new(self.metadata()?)),
+            K::Frontend => self.frontend_attrs()?,
+            K::BackendConfig => match self.tok.tok {
+                Tok::Str(_) => AttrValue::Str(self.string()?),
+                Tok::LBrace => AttrValue::Str(self.raw_value()?),
+                _ => return Err(self.expected("a string or a JSON object")),
+            },
+            K::Shape => {
+                let mut s = self.shape()?;
+                s.fill_default_layouts();
+                AttrValue::Shape(s)
+            }
+            K::Shapes => {
+                self.expect(Tok::LBrace, "'{'")?;
+                let mut v = Vec::new();
+                while self.tok.tok != Tok::RBrace {
+                    let mut s = self.shape()?;
+                    s.fill_default_layouts();
+                    v.push(s);
+                    if !self.eat(Tok::Comma) {
+                        break;
+                    }
+                }
+                self.expect(Tok::RBrace, "'}'")?;
+                AttrValue::Shapes(v)
+            }
+            K::Literal => {
+                let mut s = self.shape()?;
+                s.fill_default_layouts();
+                let lit = self.literal(&s)?;
+                AttrValue::Literal(s, lit)
+            }
+            K::OperandAliasing => {
+                self.expect(Tok::LBrace, "'{'")?;
+                let mut v = Vec::new();
+                while self.tok.tok != Tok::RBrace {
+                    let out = self.int_list_braced()?;
+                    self.expect(Tok::Colon, "':'")?;
+                    self.expect(Tok::LParen, "'('")?;
+                    let operand = self.int()?;
+                    self.expect(Tok::Comma, "','")?;
+                    let idx = self.int_list_braced()?;
+                    self.expect(Tok::RParen, "')'")?;
+                    v.push((out, operand, idx));
+                    if !self.eat(Tok::Comma) {
+                        break;
+                    }
+                }
+                self.expect(Tok::RBrace, "'}'")?;
+                AttrValue::OperandAliasing(v)
+            }
+            K::Raw => match self.tok.tok {
+                Tok::Str(_) => AttrValue::Str(self.string()?),
+                _ => AttrValue::Raw(self.raw_value()?),
+            },
+        })
+    }
+
+    fn float_value(&mut self) -> PResult<f64> {
+        let t = self.bump();
+        match t.tok {
+            Tok::Decimal(v) => Ok(v),
+            Tok::Int(v) => Ok(v as f64),
+            Tok::Ident("inf") => Ok(f64::INFINITY),
+            Tok::NegInf => Ok(f64::NEG_INFINITY),
+            _ => Err(self.err_at(&t, format!("expected a number, found {}", t.tok.describe()))),
+        }
+    }
+
+    fn ints_or_lists(&mut self) -> PResult<AttrValue> {
+        self.expect(Tok::LBrace, "'{'")?;
+        if self.tok.tok == Tok::LBrace {
+            let mut lists = Vec::new();
+            loop {
+                lists.push(self.int_list_braced()?);
+                if !self.eat(Tok::Comma) {
+                    break;
+                }
+            }
+            self.expect(Tok::RBrace, "'}'")?;
+            return Ok(AttrValue::IntLists(lists));
+        }
+        let v = self.int_list_until(Tok::RBrace)?;
+        self.expect(Tok::RBrace, "'}'")?;
+        Ok(AttrValue::Ints(v))
+    }
+
+    fn ident_list(&mut self) -> PResult<Vec<String>> {
+        self.expect(Tok::LBrace, "'{'")?;
+        let mut v = Vec::new();
+        while let Tok::Ident(s) = self.tok.tok {
+            self.bump();
+            v.push(s.to_ascii_lowercase());
+            if !self.eat(Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(Tok::RBrace, "'}'")?;
+        Ok(v)
+    }
+
+    fn comp_ref(&mut self) -> PResult<CompId> {
+        let t = self.tok.clone();
+        if t.tok == Tok::LBrace {
+            return Err(self
+                .err_at(&t, "inline computations are not supported")
+                .with_hint("define the computation separately and refer to it by name"));
+        }
+        let n = self.name()?;
+        self.comp_names.get(n).copied().ok_or_else(|| {
+            self.err_at(&t, format!("unknown computation '{n}'"))
+                .with_hint("computations must be defined before the instructions that call them")
+        })
+    }
+
+    fn comp_list(&mut self) -> PResult<Vec<CompId>> {
+        self.expect(Tok::LBrace, "'{'")?;
+        let mut v = Vec::new();
+        while self.tok.tok != Tok::RBrace {
+            v.push(self.comp_ref()?);
+            if !self.eat(Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(Tok::RBrace, "'}'")?;
+        Ok(v)
+    }
+
+    fn window(&mut self) -> PResult<Window> {
+        self.expect(Tok::LBrace, "'{'")?;
+        let mut fields: Vec<(&'a str, Token<'a>)> = Vec::new();
+        while self.tok.tok != Tok::RBrace {
+            let t = self.bump();
+            let Tok::AttrName(f) = t.tok else {
+                return Err(self.err_at(&t, "expected a window field like 'size='"));
+            };
+            fields.push((f, self.bump()));
+        }
+        self.bump();
+        let mut w = Window::default();
+        let rank = fields
+            .iter()
+            .find(|(f, _)| *f == "size")
+            .map(|(_, t)| split_x(t).map(|v| v.len()))
+            .unwrap_or(Some(0))
+            .ok_or_else(|| self.err_here("invalid window size"))?;
+        w.dims = vec![WindowDim::default(); rank];
+        for (f, t) in &fields {
+            if *f == "pad" {
+                let pads = pad_dims(t).ok_or_else(|| self.err_at(t, "invalid window padding"))?;
+                self.check_window_rank(t, pads.len(), rank)?;
+                for (d, p) in w.dims.iter_mut().zip(pads) {
+                    d.padding_low = p.low;
+                    d.padding_high = p.high;
+                }
+                continue;
+            }
+            let vals = split_x(t)
+                .ok_or_else(|| self.err_at(t, format!("invalid value for window field '{f}'")))?;
+            self.check_window_rank(t, vals.len(), rank)?;
+            for (d, v) in w.dims.iter_mut().zip(vals) {
+                match *f {
+                    "size" => d.size = v,
+                    "stride" => d.stride = v,
+                    "lhs_dilate" => d.base_dilation = v,
+                    "rhs_dilate" => d.window_dilation = v,
+                    "rhs_reversal" => d.reversal = v != 0,
+                    other => {
+                        return Err(self
+                            .err_at(t, format!("unknown window field '{other}'"))
+                            .with_hint(
+                            "fields are size, stride, pad, lhs_dilate, rhs_dilate, rhs_reversal",
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(w)
+    }
+
+    fn check_window_rank(&self, t: &Token<'a>, n: usize, rank: usize) -> PResult<()> {
+        if n != rank {
+            return Err(self.err_at(
+                t,
+                format!("window field has {n} dimensions but size has {rank}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn slice_attr(&mut self) -> PResult<Vec<SliceDim>> {
+        self.expect(Tok::LBrace, "'{'")?;
+        let mut v = Vec::new();
+        while self.tok.tok == Tok::LBracket {
+            self.bump();
+            let start = self.int()?;
+            self.expect(Tok::Colon, "':'")?;
+            let limit = self.int()?;
+            let stride = if self.eat(Tok::Colon) { self.int()? } else { 1 };
+            self.expect(Tok::RBracket, "']'")?;
+            v.push(SliceDim {
+                start,
+                limit,
+                stride,
+            });
+            if !self.eat(Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(Tok::RBrace, "'}' to close the slice")?;
+        Ok(v)
+    }
+
+    fn padding_attr(&mut self) -> PResult<Vec<PadDim>> {
+        let t = self.bump();
+        match t.tok {
+            Tok::Pad(_) => pad_dims(&t).ok_or_else(|| self.err_at(&t, "invalid padding")),
+            Tok::LBrace if self.tok.tok == Tok::RBrace => {
+                self.bump();
+                Ok(Vec::new())
+            }
+            _ => Err(self.err_at(&t, "expected padding like '0_0x1_1'")),
+        }
+    }
+
+    fn sharding(&mut self) -> PResult<Sharding> {
+        let open = self.expect(Tok::LBrace, "'{' to open a sharding")?;
+        if self.tok.tok == Tok::LBrace || self.tok.tok == Tok::RBrace {
+            let mut v = Vec::new();
+            while self.tok.tok == Tok::LBrace {
+                let o = self.bump();
+                v.push(self.single_sharding(&o)?);
+                if !self.eat(Tok::Comma) {
+                    break;
+                }
+            }
+            self.expect(Tok::RBrace, "'}' to close the tuple sharding")?;
+            return Ok(Sharding::Tuple(v));
+        }
+        Ok(Sharding::Single(self.single_sharding(&open)?))
+    }
+
+    /// The body of one sharding after its `{`, through the closing `}`.
+    fn single_sharding(&mut self, open: &Token<'a>) -> PResult<SingleSharding> {
+        let mut s = SingleSharding {
+            kind: ShardingKind::Replicated,
+            last_tile_dim_replicate: false,
+            last_tile_dims: Vec::new(),
+            shard_group: None,
+            metadata: None,
+        };
+        let mut kind = None;
+        let mut maximal = false;
+        loop {
+            let t = self.tok.clone();
+            match t.tok {
+                Tok::RBrace => {
+                    self.bump();
+                    break;
+                }
+                Tok::Ident("mesh") | Tok::Ident("maximal_mesh") => {
+                    // Named shardings are kept verbatim.
+                    self.lex.reset_to(open.start);
+                    let text = self
+                        .lex
+                        .scan_balanced(MAX_RAW_LEN)
+                        .map_err(|e| ParseError::new(open.start, 1, e))?;
+                    self.tok = self.lex.next_token();
+                    s.kind = ShardingKind::Raw(text[1..text.len() - 1].to_string());
+                    return Ok(s);
+                }
+                Tok::Ident("replicated") => {
+                    self.bump();
+                    kind = Some(ShardingKind::Replicated);
+                }
+                Tok::Ident("manual") => {
+                    self.bump();
+                    kind = Some(ShardingKind::Manual);
+                }
+                Tok::Ident("unknown") => {
+                    self.bump();
+                    kind = Some(ShardingKind::Unknown);
+                }
+                Tok::Ident("unreduced") => {
+                    self.bump();
+                    kind = Some(ShardingKind::Unreduced);
+                }
+                Tok::Ident("maximal") => {
+                    self.bump();
+                    maximal = true;
+                }
+                Tok::Ident("last_tile_dim_replicate") => {
+                    self.bump();
+                    s.last_tile_dim_replicate = true;
+                }
+                Tok::Ident(g @ ("shard_as" | "shard_like")) => {
+                    self.bump();
+                    s.shard_group = Some((g == "shard_as", self.int()?));
+                }
+                Tok::AttrName("device") => {
+                    self.bump();
+                    kind = Some(ShardingKind::Maximal {
+                        device: self.int()?,
+                    });
+                }
+                Tok::AttrName("devices") => {
+                    self.bump();
+                    let dims = self.int_list_bracketed()?;
+                    let devices = self.device_list(&dims)?;
+                    kind = Some(ShardingKind::Tiled(TileAssignment { dims, devices }));
+                }
+                Tok::AttrName("last_tile_dims") => {
+                    self.bump();
+                    s.last_tile_dims = self.ident_list()?;
+                }
+                Tok::AttrName("metadata") => {
+                    self.bump();
+                    s.metadata = Some(self.raw_value()?);
+                }
+                _ => {
+                    return Err(
+                        self.expected("a sharding item (replicated, maximal, devices=..., ...)")
+                    )
+                }
+            }
+        }
+        s.kind = match (maximal, kind) {
+            (true, Some(k @ ShardingKind::Maximal { .. })) => k,
+            (true, _) => return Err(self.err_at(open, "maximal sharding needs 'device='")),
+            (false, Some(ShardingKind::Maximal { .. })) => {
+                return Err(self.err_at(open, "'device=' is only valid with 'maximal'"))
+            }
+            (false, Some(k)) => k,
+            (false, None) => {
+                return Err(self
+                    .err_at(open, "sharding has no type")
+                    .with_hint("expected replicated, manual, maximal or devices=..."))
+            }
+        };
+        if let ShardingKind::Tiled(ta) = &s.kind {
+            let count: i64 = ta.dims.iter().product();
+            let n = match &ta.devices {
+                DeviceList::Explicit(v) => v.len() as i64,
+                DeviceList::Iota { reshape, .. } => reshape.iter().product(),
+            };
+            if count != n {
+                return Err(self.err_at(
+                    open,
+                    format!("tile assignment has {count} tiles but {n} devices"),
+                ));
+            }
+        }
+        Ok(s)
+    }
+
+    /// After `[dims]`: an explicit list `0,1,2` or an iota `<=[8]T(1,0)`.
+    fn device_list(&mut self, dims: &[i64]) -> PResult<DeviceList> {
+        if dims.iter().any(|&d| d <= 0)
+            || dims
+                .iter()
+                .try_fold(1i64, |a, &d| a.checked_mul(d))
+                .is_none_or(|n| n > 1 << 24)
+        {
+            return Err(self.err_here(
+                "tile assignment dimensions must be positive and describe at most 2^24 devices",
+            ));
+        }
+        if self.eat(Tok::Leq) {
+            let reshape = self.int_list_bracketed()?;
+            let transpose = self.iota_transpose(&reshape)?;
+            return Ok(DeviceList::Iota { reshape, transpose });
+        }
+        let mut v = Vec::new();
+        loop {
+            v.push(self.int()?);
+            if !self.eat(Tok::Comma) {
+                break;
+            }
+        }
+        Ok(DeviceList::Explicit(v))
+    }
+
+    fn iota_transpose(&mut self, reshape: &[i64]) -> PResult<Vec<i64>> {
+        if reshape.iter().any(|&d| d <= 0)
+            || reshape
+                .iter()
+                .try_fold(1i64, |a, &d| a.checked_mul(d))
+                .is_none_or(|n| n > 1 << 24)
+        {
+            return Err(self.err_here(
+                "iota reshape dimensions must be positive and describe at most 2^24 devices",
+            ));
+        }
+        if !self.is_ident("T") {
+            return Ok(Vec::new());
+        }
+        let t = self.bump();
+        self.expect(Tok::LParen, "'('")?;
+        let perm = self.int_list_until(Tok::RParen)?;
+        self.expect(Tok::RParen, "')'")?;
+        let mut seen = perm.clone();
+        seen.sort_unstable();
+        if perm.len() != reshape.len() || seen.iter().enumerate().any(|(i, &p)| p != i as i64) {
+            return Err(self.err_at(
+                &t,
+                "iota transpose must be a permutation of the reshape dimensions",
+            ));
+        }
+        Ok(perm)
+    }
+
+    fn replica_groups(&mut self) -> PResult<ReplicaGroups> {
+        if self.is_ident("mesh") {
+            return self.mesh_replica_groups();
+        }
+        if self.tok.tok == Tok::LBracket {
+            let gs = self.int_list_bracketed()?;
+            let t = self.tok.clone();
+            if gs.len() != 2 {
+                return Err(self.err_at(&t, "iota replica groups need [groups,size]"));
+            }
+            self.expect(Tok::Leq, "'<='")?;
+            let reshape = self.int_list_bracketed()?;
+            let transpose = self.iota_transpose(&reshape)?;
+            if gs[0].checked_mul(gs[1]) != Some(reshape.iter().product()) {
+                return Err(self.err_at(
+                    &t,
+                    "iota replica groups: groups x size must equal the device count",
+                ));
+            }
+            return Ok(ReplicaGroups::Iota {
+                num_groups: gs[0],
+                group_size: gs[1],
+                reshape,
+                transpose,
+            });
+        }
+        self.expect(Tok::LBrace, "'{' or '[' for replica groups")?;
+        let mut groups = Vec::new();
+        while self.tok.tok == Tok::LBrace {
+            groups.push(self.int_list_braced()?);
+            if !self.eat(Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(Tok::RBrace, "'}'")?;
+        Ok(ReplicaGroups::Explicit(groups))
+    }
+
+    /// `mesh['axis_0'=8,'axis_1'=1] {'axis_0'}` (2026 named-axis replica groups).
+    fn mesh_replica_groups(&mut self) -> PResult<ReplicaGroups> {
+        let start = self.tok.start;
+        self.lex.reset_to(self.tok.end);
+        let err = |e: String| ParseError::new(start, 4, e);
+        self.lex.skip_trivia().map_err(err)?;
+        let axes_text = self.lex.scan_balanced(MAX_RAW_LEN).map_err(err)?;
+        self.lex.skip_trivia().map_err(err)?;
+        let sel_text = self.lex.scan_balanced(MAX_RAW_LEN).map_err(err)?;
+        self.tok = self.lex.next_token();
+        let bad = || {
+            ParseError::new(start, 4, "malformed mesh replica groups")
+                .with_hint("expected mesh['x'=2,'y'=4] {'x'}")
+        };
+        let unquote = |s: &str| -> Option<String> {
+            s.trim()
+                .strip_prefix('\'')?
+                .strip_suffix('\'')
+                .map(str::to_string)
+        };
+        let inner = |t: &'a str, open: char, close: char| {
+            t.strip_prefix(open).and_then(|t| t.strip_suffix(close))
+        };
+        let axes = inner(axes_text, '[', ']')
+            .ok_or_else(bad)?
+            .split(',')
+            .map(|a| {
+                let (n, v) = a.split_once('=')?;
+                Some((unquote(n)?, v.trim().parse().ok().filter(|&v: &i64| v > 0)?))
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?;
+        let sel_inner = inner(sel_text, '{', '}').ok_or_else(bad)?;
+        let selected = if sel_inner.trim().is_empty() {
+            Vec::new()
+        } else {
+            sel_inner
+                .split(',')
+                .map(unquote)
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(bad)?
+        };
+        if selected.iter().any(|s| !axes.iter().any(|a| a.0 == *s))
+            || axes
+                .iter()
+                .try_fold(1i64, |a, x| a.checked_mul(x.1))
+                .is_none_or(|n| n > 1 << 24)
+        {
+            return Err(bad());
+        }
+        Ok(ReplicaGroups::Mesh { axes, selected })
+    }
+
+    fn metadata(&mut self) -> PResult<Metadata> {
+        self.expect(Tok::LBrace, "'{'")?;
+        let mut m = Metadata::default();
+        while self.tok.tok != Tok::RBrace {
+            let t = self.bump();
+            let Tok::AttrName(f) = t.tok else {
+                return Err(self.err_at(
+                    &t,
+                    format!(
+                        "expected a metadata field like 'op_name=', found {}",
+                        t.tok.describe()
+                    ),
+                ));
+            };
+            match f {
+                "op_type" => m.op_type = Some(self.string()?),
+                "op_name" => m.op_name = Some(self.string()?),
+                "source_file" => m.source_file = Some(self.string()?),
+                "deduplicated_name" => m.deduplicated_name = Some(self.string()?),
+                "scheduling_name" => m.scheduling_name = Some(self.string()?),
+                "source_line" => m.source_line = Some(self.int()?),
+                "source_end_line" => m.source_end_line = Some(self.int()?),
+                "source_column" => m.source_column = Some(self.int()?),
+                "source_end_column" => m.source_end_column = Some(self.int()?),
+                "stack_frame_id" => m.stack_frame_id = Some(self.int()?),
+                "preserve_layout" => m.preserve_layout = Some(self.bool_value()?),
+                "profile_type" => m.profile_type = Some(self.int_list_braced()?),
+                other => {
+                    let v = self.raw_value()?;
+                    m.extra.push((other.to_string(), v));
+                }
+            }
+            self.eat(Tok::Comma);
+        }
+        self.bump();
+        Ok(m)
+    }
+
+    fn frontend_attrs(&mut self) -> PResult<AttrValue> {
+        self.expect(Tok::LBrace, "'{'")?;
+        let mut v: Vec<(String, FrontendValue)> = Vec::new();
+        while self.tok.tok != Tok::RBrace {
+            let t = self.bump();
+            let key = match t.tok {
+                Tok::AttrName(k) => k.to_string(),
+                Tok::Str(ref k) => {
+                    let k = k.to_string();
+                    self.expect(Tok::Eq, "'='")?;
+                    k
+                }
+                _ => {
+                    return Err(
+                        self.err_at(&t, "expected a frontend attribute like 'key=\"value\"'")
+                    )
+                }
+            };
+            let val = match self.tok.tok {
+                Tok::Str(_) => FrontendValue::Str(self.string()?),
+                _ => FrontendValue::Raw(self.raw_value()?),
+            };
+            v.push((key, val));
+            if !self.eat(Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(Tok::RBrace, "'}'")?;
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(AttrValue::FrontendAttrs(v))
+    }
+
+    // ----- literals ------------------------------------------------------------
+
+    fn literal(&mut self, shape: &Shape) -> PResult<Literal> {
+        self.enter()?;
+        let r = self.literal_inner(shape);
+        self.leave();
+        r
+    }
+
+    fn literal_inner(&mut self, shape: &Shape) -> PResult<Literal> {
+        match shape {
+            Shape::Tuple(elems) => {
+                self.expect(Tok::LParen, "'(' to open a tuple literal")?;
+                let mut v = Vec::new();
+                for (i, e) in elems.iter().enumerate() {
+                    if i > 0 {
+                        self.expect(Tok::Comma, "',' between tuple literal elements")?;
+                    }
+                    v.push(self.literal(e)?);
+                }
+                self.expect(Tok::RParen, "')' to close the tuple literal")?;
+                Ok(Literal::Tuple(v))
+            }
+            Shape::Buffer(_) => Err(self.err_here("buffer shapes cannot be constants")),
+            Shape::Array(a) => {
+                if a.ty == PrimitiveType::Token {
+                    if self.is_ident("token") {
+                        self.bump();
+                    }
+                    return Ok(Literal::Array(LiteralData::Token));
+                }
+                if !a.ty.is_array_type() {
+                    return Err(
+                        self.err_here(format!("constants of type {} are not supported", a.ty))
+                    );
+                }
+                if a.dims.iter().any(|&d| d < 0) {
+                    return Err(self.err_here("constants cannot have dynamic dimensions"));
+                }
+                if a.rank() > 0 && self.tok.tok == Tok::LBrace && self.peek_is_ellipsis() {
+                    self.bump();
+                    self.bump();
+                    self.expect(Tok::RBrace, "'}' after '...'")?;
+                    return Ok(Literal::Elided);
+                }
+                let mut data = empty_data(a.ty);
+                if a.rank() == 0 {
+                    self.scalar_into(a.ty, &mut data)?;
+                } else {
+                    self.nested_into(a.ty, &a.dims, &mut data)?;
+                }
+                Ok(Literal::Array(data))
+            }
+        }
+    }
+
+    fn peek_is_ellipsis(&mut self) -> bool {
+        self.peek_next().tok == Tok::Ellipsis
+    }
+
+    fn nested_into(
+        &mut self,
+        ty: PrimitiveType,
+        dims: &[i64],
+        data: &mut LiteralData,
+    ) -> PResult<()> {
+        self.enter()?;
+        let open = self.expect(Tok::LBrace, "'{' in an array literal")?;
+        let (n, rest) = dims.split_first().expect("rank >= 1");
+        let mut count = 0i64;
+        while self.tok.tok != Tok::RBrace {
+            if count >= *n {
+                return Err(
+                    self.err_here(format!("too many elements: this dimension has size {n}"))
+                );
+            }
+            if rest.is_empty() {
+                self.scalar_into(ty, data)?;
+            } else {
+                self.nested_into(ty, rest, data)?;
+            }
+            count += 1;
+            if !self.eat(Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(Tok::RBrace, "'}' in an array literal")?;
+        // A dimension of zero elements may be written `{}` at any depth.
+        if count != *n && !(count == 0 && dims.contains(&0)) {
+            return Err(self.err_at(
+                &open,
+                format!("expected {n} elements in this dimension, found {count}"),
+            ));
+        }
+        self.leave();
+        Ok(())
+    }
+
+    fn scalar_into(&mut self, ty: PrimitiveType, data: &mut LiteralData) -> PResult<()> {
+        let t = self.tok.clone();
+        match data {
+            LiteralData::Pred(v) => {
+                let b = match t.tok {
+                    Tok::Ident("true") => true,
+                    Tok::Ident("false") => false,
+                    Tok::Int(i) => i != 0,
+                    _ => return Err(self.expected("a pred value (true, false, 0 or 1)")),
+                };
+                self.bump();
+                v.push(b);
+            }
+            LiteralData::Int(v) => {
+                let Tok::Int(i) = t.tok else {
+                    return Err(self.expected(&format!("an integer for {ty}")));
+                };
+                self.bump();
+                v.push(
+                    check_int_range(i, ty)
+                        .ok_or_else(|| self.err_at(&t, format!("{i} is out of range for {ty}")))?,
+                );
+            }
+            LiteralData::Float(v) => {
+                let x = self.float_value()?;
+                v.push(round_to_type(x, ty));
+            }
+            LiteralData::Complex(v) => {
+                self.expect(Tok::LParen, "'(' for a complex value")?;
+                let re = self.float_value()?;
+                self.expect(Tok::Comma, "','")?;
+                let im = self.float_value()?;
+                self.expect(Tok::RParen, "')'")?;
+                v.push((round_to_type(re, ty), round_to_type(im, ty)));
+            }
+            LiteralData::Token => return Err(self.expected("a token")),
+        }
+        Ok(())
+    }
+}
+
+fn empty_data(ty: PrimitiveType) -> LiteralData {
+    match ty.kind() {
+        TypeKind::Pred => LiteralData::Pred(Vec::new()),
+        TypeKind::Signed | TypeKind::Unsigned => LiteralData::Int(Vec::new()),
+        TypeKind::Complex => LiteralData::Complex(Vec::new()),
+        TypeKind::Float => LiteralData::Float(Vec::new()),
+        _ => LiteralData::Token,
+    }
+}
+
+/// Range-checks an integer literal against its type; u64 values are kept as bits.
+fn check_int_range(v: i128, ty: PrimitiveType) -> Option<i64> {
+    let bits = ty.bit_width();
+    let (lo, hi): (i128, i128) = if ty.is_signed_int() {
+        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else {
+        (0, (1i128 << bits) - 1)
+    };
+    (lo..=hi).contains(&v).then_some(v as u64 as i64)
+}
+
+fn op_tok_text<'a>(t: &Token<'a>) -> &'a str {
+    match t.tok {
+        Tok::Ident(s) => s,
+        _ => "?",
+    }
+}
+
+fn describe_arity(a: crate::opcode::Arity) -> String {
+    match a {
+        crate::opcode::Arity::Exact(1) => "exactly 1 operand".into(),
+        crate::opcode::Arity::Exact(n) => format!("exactly {n} operands"),
+        crate::opcode::Arity::AtLeast(n) => format!("at least {n} operand(s)"),
+        crate::opcode::Arity::Variadic => "any number of operands".into(),
+    }
+}
+
+/// Splits `3x3` / `5` into numbers.
+fn split_x(t: &Token) -> Option<Vec<i64>> {
+    match t.tok {
+        Tok::Int(v) => Some(vec![i64::try_from(v).ok()?]),
+        Tok::Dxd(s) => s.split('x').map(|p| p.parse().ok()).collect(),
+        _ => None,
+    }
+}
+
+/// Splits `0_1x-1_2_0` into per-dimension (low, high, interior).
+fn pad_dims(t: &Token) -> Option<Vec<PadDim>> {
+    let Tok::Pad(s) = t.tok else { return None };
+    s.split('x')
+        .map(|part| {
+            let nums: Vec<i64> = part
+                .split('_')
+                .map(|p| p.parse().ok())
+                .collect::<Option<_>>()?;
+            match nums[..] {
+                [low, high] => Some(PadDim {
+                    low,
+                    high,
+                    interior: 0,
+                }),
+                [low, high, interior] => Some(PadDim {
+                    low,
+                    high,
+                    interior,
+                }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Decodes `b01f_01io->b01f` into convolution dimension numbers.
+pub fn parse_dim_labels(s: &str) -> Option<ConvDimLabels> {
+    let (lhs, rest) = s.split_once('_')?;
+    let (rhs, out) = rest.split_once("->")?;
+    let spatial = |part: &str| -> Option<Vec<i64>> {
+        let mut v: Vec<(u32, i64)> = part
+            .chars()
+            .enumerate()
+            .filter_map(|(i, c)| c.to_digit(10).map(|d| (d, i as i64)))
+            .collect();
+        v.sort();
+        v.iter()
+            .enumerate()
+            .all(|(i, (d, _))| *d as usize == i)
+            .then(|| v.into_iter().map(|(_, i)| i).collect())
+    };
+    let find = |part: &str, c: char| part.find(c).map(|i| i as i64);
+    let l = ConvDimLabels {
+        text: s.to_string(),
+        input_batch: find(lhs, 'b')?,
+        input_feature: find(lhs, 'f')?,
+        input_spatial: spatial(lhs)?,
+        kernel_input_feature: find(rhs, 'i')?,
+        kernel_output_feature: find(rhs, 'o')?,
+        kernel_spatial: spatial(rhs)?,
+        output_batch: find(out, 'b')?,
+        output_feature: find(out, 'f')?,
+        output_spatial: spatial(out)?,
+    };
+    let n = l.input_spatial.len();
+    (l.kernel_spatial.len() == n && l.output_spatial.len() == n).then_some(l)
+}
+
+fn closest_opcode(s: &str) -> Option<&'static str> {
+    Opcode::ALL
+        .iter()
+        .map(|op| (edit_distance(s, op.name()), op.name()))
+        .filter(|(d, _)| *d <= 3)
+        .min()
+        .map(|(_, n)| n)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
