@@ -1,10 +1,23 @@
-use anyhow::{Context, Result};
+//! `tpusim`: the command-line front door of the TPU system simulator.
+//!
+//! Output meant for pipes goes to stdout; diagnostics and progress go to stderr.
+//! Exit codes: 0 success, 1 any error (including usage errors) — never another code.
+
+mod check;
+mod demo;
+mod fmt;
+mod input;
+mod render;
+
 use clap::{Parser, Subcommand};
-use std::io::Read;
+
+// HLO modules are many small allocations; mimalloc is markedly faster than glibc's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "tpusim", version, about = "TPU system simulator")]
+#[command(name = "tpusim", version, about = "TPU system simulator: reads, checks and simulates XLA HLO programs")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -12,72 +25,34 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Parse and verify HLO files
-    Check { files: Vec<String> },
-    /// Print canonical HLO text
-    Fmt { file: String },
-}
-
-fn read_input(path: &str) -> Result<String> {
-    if path == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s)?;
-        return Ok(s);
-    }
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))
+    /// Parse and verify HLO files; prints `ok NAME (N computations, M instructions)` per module
+    Check(check::Args),
+    /// Print a module as canonical HLO text on stdout
+    Fmt(fmt::Args),
+    /// Run the built-in demo: summarize a real JAX transformer train step
+    Demo(demo::Args),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.cmd {
-        Cmd::Check { files } => {
-            let mut ok = true;
-            for f in &files {
-                let text = match read_input(f) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        eprintln!("error: {e:#}");
-                        ok = false;
-                        continue;
-                    }
-                };
-                match tpusim_hlo::parse_modules(&text) {
-                    Ok(ms) => {
-                        for m in ms {
-                            println!(
-                                "ok {} ({} computations, {} instructions)",
-                                m.name,
-                                m.visible_computation_count(),
-                                m.visible_instruction_count()
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("{}", e.render(f, &text));
-                        ok = false;
-                    }
-                }
-            }
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Help and version are successes; usage errors are errors (exit 1, not clap's 2).
+            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
         }
-        Cmd::Fmt { file } => {
-            let text = read_input(&file).unwrap();
-            match tpusim_hlo::parse_modules(&text) {
-                Ok(ms) => {
-                    for m in ms {
-                        print!("{}", tpusim_hlo::print_module(&m));
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{}", e.render(&file, &text));
-                    ExitCode::from(1)
-                }
-            }
+    };
+    let result = match cli.cmd {
+        Cmd::Check(args) => check::run(&args),
+        Cmd::Fmt(args) => fmt::run(&args),
+        Cmd::Demo(args) => demo::run(&args),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
         }
     }
 }

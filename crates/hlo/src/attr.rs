@@ -5,7 +5,8 @@ use crate::ir::{CompId, InstrId};
 use crate::literal::Literal;
 use crate::shape::Shape;
 
-/// One attribute value. Which variant an attribute gets depends on its name
+/// One attribute value (large variants are boxed to keep every attribute small).
+/// Which variant an attribute gets depends on its name
 /// (see `parser::attr_kind`), so every attribute of a given name has one type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AttrValue {
@@ -30,16 +31,16 @@ pub enum AttrValue {
     Window(Window),
     Slice(Vec<SliceDim>),
     Padding(Vec<PadDim>),
-    DimLabels(ConvDimLabels),
-    Sharding(Sharding),
-    ReplicaGroups(ReplicaGroups),
+    DimLabels(Box<ConvDimLabels>),
+    Sharding(Box<Sharding>),
+    ReplicaGroups(Box<ReplicaGroups>),
     Metadata(Box<Metadata>),
     /// `frontend_attributes={k="v",...}`; values are strings or raw JSON.
     FrontendAttrs(Vec<(String, FrontendValue)>),
-    Shape(Shape),
+    Shape(Box<Shape>),
     Shapes(Vec<Shape>),
     /// `literal=SHAPE LITERAL` (custom-call).
-    Literal(Shape, Literal),
+    Literal(Box<(Shape, Literal)>),
     /// `{ {0}: (1, {}) , ...}`: (output index, operand number, operand index).
     OperandAliasing(Vec<(Vec<i64>, i64, Vec<i64>)>),
     /// Anything kept verbatim: backend_config JSON, origin, statistics, domain...
@@ -299,7 +300,8 @@ pub struct Metadata {
 /// An attribute on an instruction: its name as written and its value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attr {
-    pub name: String,
+    /// Known names are `'static` (no allocation); others are owned.
+    pub name: std::borrow::Cow<'static, str>,
     pub value: AttrValue,
 }
 

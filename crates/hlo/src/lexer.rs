@@ -3,7 +3,25 @@
 
 use std::borrow::Cow;
 
-#[derive(Clone, Debug, PartialEq)]
+/// A string token as written between the quotes; escapes are undone on demand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawStr<'a> {
+    pub raw: &'a str,
+    pub has_escapes: bool,
+}
+
+impl<'a> RawStr<'a> {
+    /// The string's value with C escapes undone.
+    pub fn value(&self) -> Result<Cow<'a, str>, String> {
+        if self.has_escapes {
+            unescape_c(self.raw).map(Cow::Owned)
+        } else {
+            Ok(Cow::Borrowed(self.raw))
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Tok<'a> {
     Eof,
     Eq,
@@ -28,18 +46,20 @@ pub enum Tok<'a> {
     /// `ident=` (equals consumed).
     AttrName(&'a str),
     Ident(&'a str),
-    /// `-?[0-9]+`, wide enough for u64 and negative i64.
-    Int(i128),
+    /// `-?[0-9]+` that fits in an i64.
+    Int(i64),
+    /// An integer above i64::MAX (u64 literals are kept as bit patterns).
+    UInt64(u64),
     Decimal(f64),
     NegInf,
-    Str(Cow<'a, str>),
+    Str(RawStr<'a>),
     DimLabels(&'a str),
     /// `3x3`, `1x2x2x1`.
     Dxd(&'a str),
     /// `0_1x-1_2`, `0_0_1`.
     Pad(&'a str),
     /// A lexing error with its message.
-    Error(String),
+    Error(&'static str),
 }
 
 impl Tok<'_> {
@@ -51,10 +71,11 @@ impl Tok<'_> {
             Tok::AttrName(n) => format!("attribute '{n}='"),
             Tok::Ident(n) => format!("'{n}'"),
             Tok::Int(v) => format!("integer {v}"),
+            Tok::UInt64(v) => format!("integer {v}"),
             Tok::Decimal(v) => format!("number {v}"),
             Tok::Str(_) => "a string".into(),
             Tok::DimLabels(s) | Tok::Dxd(s) | Tok::Pad(s) => format!("'{s}'"),
-            Tok::Error(e) => e.clone(),
+            Tok::Error(e) => e.to_string(),
             other => format!("'{}'", punct_text(other)),
         }
     }
@@ -85,7 +106,7 @@ fn punct_text(t: &Tok) -> &'static str {
 }
 
 /// A token with its byte span in the source.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Token<'a> {
     pub tok: Tok<'a>,
     pub start: usize,
@@ -101,8 +122,21 @@ pub struct Lexer<'a> {
 fn is_ident_start(c: u8) -> bool {
     c.is_ascii_alphabetic() || c == b'_'
 }
+
+/// `[A-Za-z0-9_.-]`, as a table: identifier scanning is the lexer's hottest loop.
+static IDENT_CHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-';
+        c += 1;
+    }
+    t
+};
+
 fn is_ident_char(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-')
+    IDENT_CHAR[c as usize]
 }
 
 impl<'a> Lexer<'a> {
@@ -132,7 +166,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// Skips whitespace and comments. Returns an error for an unterminated block comment.
-    pub fn skip_trivia(&mut self) -> Result<(), String> {
+    pub fn skip_trivia(&mut self) -> Result<(), &'static str> {
         loop {
             match self.peek_byte(0) {
                 b' ' | b'\t' | b'\n' | b'\r' => self.pos += 1,
@@ -153,14 +187,20 @@ impl<'a> Lexer<'a> {
 
     /// Lexes the next token.
     pub fn next_token(&mut self) -> Token<'a> {
-        if let Err(msg) = self.skip_trivia() {
-            let start = self.pos;
-            self.pos = self.src.len();
-            return Token {
-                tok: Tok::Error(msg),
-                start,
-                end: self.src.len(),
-            };
+        // Fast path over plain whitespace; comments take the slow path.
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.src.get(self.pos) {
+            self.pos += 1;
+        }
+        if self.src.get(self.pos) == Some(&b'/') {
+            if let Err(msg) = self.skip_trivia() {
+                let start = self.pos;
+                self.pos = self.src.len();
+                return Token {
+                    tok: Tok::Error(msg),
+                    start,
+                    end: self.src.len(),
+                };
+            }
         }
         let start = self.pos;
         let tok = self.lex_at(start);
@@ -216,14 +256,14 @@ impl<'a> Lexer<'a> {
             }
             b'0'..=b'9' | b'-' | b'.' => self.lex_number_like().unwrap_or_else(|| {
                 self.pos += 1;
-                Tok::Error(format!("unexpected character '{}'", c as char))
+                Tok::Error("unexpected character")
             }),
             c if is_ident_start(c) => self.lex_identifier(),
-            0 => single(self, Tok::Error("NUL byte in input".into())),
+            0 => single(self, Tok::Error("NUL byte in input")),
             _ => {
                 let ch = self.text[start..].chars().next().unwrap_or('?');
                 self.pos += ch.len_utf8().max(1);
-                Tok::Error(format!("unexpected character '{}'", ch.escape_debug()))
+                Tok::Error("unexpected character")
             }
         }
     }
@@ -236,7 +276,7 @@ impl<'a> Lexer<'a> {
         }
         self.pos = end;
         if end == start {
-            return Tok::Error("expected a name after '%'".into());
+            return Tok::Error("expected a name after '%'");
         }
         Tok::Name(&self.text[start..end])
     }
@@ -295,12 +335,22 @@ impl<'a> Lexer<'a> {
     fn lex_number_like(&mut self) -> Option<Tok<'a>> {
         let start = self.pos;
         let s = self.src;
+        // Fast path: a plain integer followed by a delimiter is by far the most
+        // common token starting with a digit.
+        let digits_start = start + usize::from(s.get(start) == Some(&b'-'));
+        let end = digits(s, digits_start);
+        if end > digits_start && end - digits_start < 19 && !s.get(end).is_some_and(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'?')) {
+            self.pos = end;
+            // At most 18 digits: cannot overflow.
+            let magnitude = s[digits_start..end].iter().fold(0i64, |acc, &d| acc * 10 + i64::from(d - b'0'));
+            return Some(Tok::Int(if digits_start > start { -magnitude } else { magnitude }));
+        }
         if let Some(end) = match_decimal(s, start) {
             self.pos = end;
             let text = &self.text[start..end];
             return Some(match text.parse::<f64>() {
                 Ok(v) => Tok::Decimal(v),
-                Err(_) => Tok::Error(format!("malformed number '{text}'")),
+                Err(_) => Tok::Error("malformed number"),
             });
         }
         if let Some(end) = match_dim_labels(s, start) {
@@ -319,8 +369,9 @@ impl<'a> Lexer<'a> {
             self.pos = end;
             let text = &self.text[start..end];
             return Some(match text.parse::<i128>() {
-                Ok(v) if v <= u64::MAX as i128 && v >= i64::MIN as i128 => Tok::Int(v),
-                _ => Tok::Error(format!("integer '{text}' does not fit in 64 bits")),
+                Ok(v) if i64::try_from(v).is_ok() => Tok::Int(v as i64),
+                Ok(v) if (0..=u64::MAX as i128).contains(&v) => Tok::UInt64(v as u64),
+                _ => Tok::Error("integer does not fit in 64 bits"),
             });
         }
         if s[start..].starts_with(b"-inf") && !s.get(start + 4).is_some_and(|&c| is_ident_char(c)) {
@@ -343,14 +394,7 @@ impl<'a> Lexer<'a> {
                 b'"' => {
                     self.pos = i + 1;
                     let raw = &self.text[start..i];
-                    return if has_escape {
-                        match unescape_c(raw) {
-                            Ok(s) => Tok::Str(Cow::Owned(s)),
-                            Err(e) => Tok::Error(e),
-                        }
-                    } else {
-                        Tok::Str(Cow::Borrowed(raw))
-                    };
+                    return Tok::Str(RawStr { raw, has_escapes: has_escape });
                 }
                 b'\\' => {
                     has_escape = true;
@@ -360,12 +404,12 @@ impl<'a> Lexer<'a> {
             }
         }
         self.pos = self.src.len();
-        Tok::Error("unterminated string".into())
+        Tok::Error("unterminated string")
     }
 
     /// From an opening `{`, `[` or `(` at the cursor, returns the balanced text
     /// (brackets counted outside double-quoted strings) and moves past it.
-    pub fn scan_balanced(&mut self, max_len: usize) -> Result<&'a str, String> {
+    pub fn scan_balanced(&mut self, max_len: usize) -> Result<&'a str, &'static str> {
         let start = self.pos;
         let mut depth: usize = 0;
         let mut i = start;
@@ -664,7 +708,7 @@ mod tests {
     fn strings_unescape() {
         assert_eq!(
             toks(r#""a\"b\n""#),
-            vec![Tok::Str(Cow::Owned("a\"b\n".into()))]
+            vec![Tok::Str(RawStr { raw: "a\\\"b\\n", has_escapes: true })]
         );
         assert!(matches!(toks("\"abc")[0], Tok::Error(_)));
     }

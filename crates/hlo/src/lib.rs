@@ -16,7 +16,9 @@ pub mod opcode;
 pub mod parser;
 pub mod printer;
 pub mod shape;
+pub mod summary;
 pub mod types;
+pub mod verifier;
 
 pub use attr::{Attr, AttrValue};
 pub use error::ParseError;
@@ -24,5 +26,6 @@ pub use ir::{CompId, Computation, InstrId, Instruction, Module};
 pub use opcode::{OpCategory, Opcode};
 pub use parser::{parse_module, parse_modules, parse_modules_with_spans, SourceMap};
 pub use printer::print_module;
-pub use shape::{ArrayShape, Layout, Shape};
+pub use shape::{ArrayShape, Layout, LayoutAttrs, Shape};
 pub use types::PrimitiveType;
+pub use verifier::{verify, VerifyError};

@@ -15,7 +15,8 @@ pub enum Literal {
 }
 
 /// Element values of an array literal, widened to a few storage kinds.
-#[derive(Clone, Debug, PartialEq)]
+/// Equality compares floats bit for bit, so a NaN equals the same NaN.
+#[derive(Clone, Debug)]
 pub enum LiteralData {
     Pred(Vec<bool>),
     /// Signed and unsigned integers; u64 values above i64::MAX are kept as bit patterns.
@@ -25,6 +26,22 @@ pub enum LiteralData {
     Complex(Vec<(f64, f64)>),
     /// A token literal has no data.
     Token,
+}
+
+impl PartialEq for LiteralData {
+    fn eq(&self, other: &Self) -> bool {
+        let bits = |a: &[f64], b: &[f64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        match (self, other) {
+            (LiteralData::Pred(a), LiteralData::Pred(b)) => a == b,
+            (LiteralData::Int(a), LiteralData::Int(b)) => a == b,
+            (LiteralData::Float(a), LiteralData::Float(b)) => bits(a, b),
+            (LiteralData::Complex(a), LiteralData::Complex(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0.to_bits() == y.0.to_bits() && x.1.to_bits() == y.1.to_bits())
+            }
+            (LiteralData::Token, LiteralData::Token) => true,
+            _ => false,
+        }
+    }
 }
 
 impl LiteralData {

@@ -12,7 +12,7 @@ use crate::literal::{round_to_type, Literal, LiteralData};
 use crate::opcode::Opcode;
 use crate::shape::{ArrayShape, Layout, Shape, COMBINE_DIM, UNBOUNDED_DIM};
 use crate::types::{PrimitiveType, TypeKind};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Deepest nesting of shapes, literals, operands or attribute values accepted.
 pub const MAX_DEPTH: usize = 256;
@@ -78,7 +78,9 @@ struct Parser<'a> {
     comp_names: FxHashMap<String, CompId>,
     /// Instruction names of the computation being parsed.
     scope: FxHashMap<&'a str, InstrId>,
-    anon_counter: usize,
+    /// How many anonymous instructions of each opcode were named so far (XLA's
+    /// uniquifier: `parameter.anon`, then `parameter.anon.1`, ...).
+    anon_counts: FxHashMap<&'a str, usize>,
     spans: SourceMap,
     /// Start of the instruction being parsed, for the source map.
     cur_instr_start: usize,
@@ -198,6 +200,108 @@ fn attr_kind(name: &str) -> AttrKind {
     }
 }
 
+/// The attribute name as a `'static` string when it is a known one, so most
+/// attributes cost no allocation.
+fn intern_attr_name(name: &str) -> std::borrow::Cow<'static, str> {
+    let known: &'static str = match name {
+        "algorithm" => "algorithm",
+        "api_version" => "api_version",
+        "async_execution_thread" => "async_execution_thread",
+        "async_group_id" => "async_group_id",
+        "backend_config" => "backend_config",
+        "batch_group_count" => "batch_group_count",
+        "body" => "body",
+        "branch_computations" => "branch_computations",
+        "called_computations" => "called_computations",
+        "calls" => "calls",
+        "channel_id" => "channel_id",
+        "collapsed_slice_dims" => "collapsed_slice_dims",
+        "condition" => "condition",
+        "constrain_layout" => "constrain_layout",
+        "control-predecessors" => "control-predecessors",
+        "conv_kind" => "conv_kind",
+        "cross_program_prefetch_index" => "cross_program_prefetch_index",
+        "custom_call_has_side_effect" => "custom_call_has_side_effect",
+        "custom_call_target" => "custom_call_target",
+        "delta" => "delta",
+        "dim_labels" => "dim_labels",
+        "dimensions" => "dimensions",
+        "direction" => "direction",
+        "distribution" => "distribution",
+        "dynamic_slice_sizes" => "dynamic_slice_sizes",
+        "epsilon" => "epsilon",
+        "exponent_bits" => "exponent_bits",
+        "false_computation" => "false_computation",
+        "feature_group_count" => "feature_group_count",
+        "feature_index" => "feature_index",
+        "fft_length" => "fft_length",
+        "fft_type" => "fft_type",
+        "frontend_attributes" => "frontend_attributes",
+        "index" => "index",
+        "index_vector_dim" => "index_vector_dim",
+        "indices_are_sorted" => "indices_are_sorted",
+        "infeed_config" => "infeed_config",
+        "inferred_dimension" => "inferred_dimension",
+        "input_batching_dims" => "input_batching_dims",
+        "inserted_window_dims" => "inserted_window_dims",
+        "iota_dimension" => "iota_dimension",
+        "is_associative" => "is_associative",
+        "is_composite" => "is_composite",
+        "is_host_transfer" => "is_host_transfer",
+        "is_reverse" => "is_reverse",
+        "is_stable" => "is_stable",
+        "k" => "k",
+        "kind" => "kind",
+        "largest" => "largest",
+        "left_side" => "left_side",
+        "lhs_batch_dims" => "lhs_batch_dims",
+        "lhs_contracting_dims" => "lhs_contracting_dims",
+        "lhs_ragged_dims" => "lhs_ragged_dims",
+        "literal" => "literal",
+        "lower" => "lower",
+        "mantissa_bits" => "mantissa_bits",
+        "metadata" => "metadata",
+        "mode" => "mode",
+        "num_carries" => "num_carries",
+        "offset_dims" => "offset_dims",
+        "operand_batching_dims" => "operand_batching_dims",
+        "operand_layout_constraints" => "operand_layout_constraints",
+        "operand_precision" => "operand_precision",
+        "outfeed_config" => "outfeed_config",
+        "outfeed_shape" => "outfeed_shape",
+        "output_to_operand_aliasing" => "output_to_operand_aliasing",
+        "padding" => "padding",
+        "padding_type" => "padding_type",
+        "parameter_replication" => "parameter_replication",
+        "replica_groups" => "replica_groups",
+        "rhs_batch_dims" => "rhs_batch_dims",
+        "rhs_contracting_dims" => "rhs_contracting_dims",
+        "rhs_group_dims" => "rhs_group_dims",
+        "scatter" => "scatter",
+        "scatter_dims_to_operand_dims" => "scatter_dims_to_operand_dims",
+        "scatter_indices_batching_dims" => "scatter_indices_batching_dims",
+        "schedule" => "schedule",
+        "select" => "select",
+        "sharding" => "sharding",
+        "slice" => "slice",
+        "slice_sizes" => "slice_sizes",
+        "source_target_pairs" => "source_target_pairs",
+        "start_index_map" => "start_index_map",
+        "start_indices_batching_dims" => "start_indices_batching_dims",
+        "to_apply" => "to_apply",
+        "transpose_a" => "transpose_a",
+        "true_computation" => "true_computation",
+        "type" => "type",
+        "unique_indices" => "unique_indices",
+        "unit_diagonal" => "unit_diagonal",
+        "update_window_dims" => "update_window_dims",
+        "use_global_device_ids" => "use_global_device_ids",
+        "window" => "window",
+        _ => return std::borrow::Cow::Owned(name.to_string()),
+    };
+    std::borrow::Cow::Borrowed(known)
+}
+
 /// Attributes whose canonical spelling is uppercase (parsed case-insensitively).
 fn normalize_enum(name: &str, v: &str) -> String {
     match name {
@@ -215,10 +319,11 @@ impl<'a> Parser<'a> {
             tok,
             depth: 0,
             comps: Vec::new(),
-            instrs: Vec::new(),
+            // About one instruction per 80 bytes of real HLO; avoids regrowing the arena.
+            instrs: Vec::with_capacity(text.len() / 80),
             comp_names: FxHashMap::default(),
             scope: FxHashMap::default(),
-            anon_counter: 0,
+            anon_counts: FxHashMap::default(),
             spans: SourceMap::default(),
             cur_instr_start: 0,
         }
@@ -242,15 +347,27 @@ impl<'a> Parser<'a> {
     }
 
     fn err_here(&self, msg: impl Into<String>) -> ParseError {
-        if let Tok::Error(e) = &self.tok.tok {
-            return self.err_at(&self.tok, e.clone());
+        if let Tok::Error(e) = self.tok.tok {
+            return self.lex_error(e);
         }
         self.err_at(&self.tok, msg)
     }
 
+    /// The error for a token the lexer rejected, naming the offending character.
+    fn lex_error(&self, e: &str) -> ParseError {
+        let src = self.lex.source();
+        let ch = src.get(self.tok.start..).and_then(|t| t.chars().next());
+        match (e, ch) {
+            ("unexpected character", Some(c)) => self
+                .err_at(&self.tok, format!("unexpected character '{}'", c.escape_debug()))
+                .with_hint("HLO text uses only ASCII outside strings and comments"),
+            _ => self.err_at(&self.tok, e),
+        }
+    }
+
     fn expected(&self, what: &str) -> ParseError {
-        if let Tok::Error(e) = &self.tok.tok {
-            return self.err_at(&self.tok, e.clone());
+        if let Tok::Error(e) = self.tok.tok {
+            return self.lex_error(e);
         }
         self.err_here(format!(
             "expected {what}, found {}",
@@ -259,7 +376,7 @@ impl<'a> Parser<'a> {
     }
 
     fn eat(&mut self, t: Tok<'static>) -> bool {
-        if self.tok.tok == t {
+        if same_token(&self.tok.tok, &t) {
             self.bump();
             true
         } else {
@@ -268,7 +385,7 @@ impl<'a> Parser<'a> {
     }
 
     fn expect(&mut self, t: Tok<'static>, what: &str) -> PResult<Token<'a>> {
-        if self.tok.tok == t {
+        if same_token(&self.tok.tok, &t) {
             Ok(self.bump())
         } else {
             Err(self.expected(what))
@@ -276,7 +393,7 @@ impl<'a> Parser<'a> {
     }
 
     fn is_ident(&self, s: &str) -> bool {
-        self.tok.tok == Tok::Ident(s)
+        matches!(self.tok.tok, Tok::Ident(x) if x == s)
     }
 
     fn enter(&mut self) -> PResult<()> {
@@ -293,13 +410,26 @@ impl<'a> Parser<'a> {
         self.depth -= 1;
     }
 
+    /// Like [`Self::enter`], for a construct whose recursion takes several times
+    /// the stack of a tuple shape (a nested instruction, a physical shape inside
+    /// a layout): it counts as `weight` levels, so that the deepest accepted
+    /// input of any kind fits in a 2 MiB thread stack even in a debug build.
+    fn enter_weighted(&mut self, weight: usize) -> PResult<()> {
+        self.depth += weight - 1;
+        self.enter()
+    }
+
+    fn leave_weighted(&mut self, weight: usize) {
+        self.depth -= weight;
+    }
+
     fn int(&mut self) -> PResult<i64> {
         match self.tok.tok {
             Tok::Int(v) => {
-                let t = self.bump();
-                i64::try_from(v)
-                    .map_err(|_| self.err_at(&t, format!("integer {v} is out of range")))
+                self.bump();
+                Ok(v)
             }
+            Tok::UInt64(v) => Err(self.err_here(format!("integer {v} is out of range"))),
             _ => Err(self.expected("an integer")),
         }
     }
@@ -319,11 +449,12 @@ impl<'a> Parser<'a> {
     }
 
     fn string(&mut self) -> PResult<String> {
-        match &self.tok.tok {
+        match self.tok.tok {
             Tok::Str(s) => {
-                let s = s.to_string();
-                self.bump();
-                Ok(s)
+                let t = self.bump();
+                s.value()
+                    .map(|v| v.into_owned())
+                    .map_err(|e| self.err_at(&t, e))
             }
             _ => Err(self.expected("a string")),
         }
@@ -351,7 +482,7 @@ impl<'a> Parser<'a> {
     /// Comma-separated ints up to (not including) `close`.
     fn int_list_until(&mut self, close: Tok<'static>) -> PResult<Vec<i64>> {
         let mut v = Vec::new();
-        if self.tok.tok == close {
+        if same_token(&self.tok.tok, &close) {
             return Ok(v);
         }
         loop {
@@ -459,6 +590,7 @@ impl<'a> Parser<'a> {
         let mut dynamic = Vec::new();
         if !self.eat(Tok::RBracket) {
             loop {
+                let dim_tok = self.tok;
                 let (d, dy) = match self.tok.tok {
                     Tok::Question => {
                         self.bump();
@@ -471,7 +603,7 @@ impl<'a> Parser<'a> {
                     _ => (self.int()?, false),
                 };
                 if d < 0 && d != UNBOUNDED_DIM {
-                    return Err(self.err_at(&type_tok, format!("negative dimension size {d}")));
+                    return Err(self.err_at(&dim_tok, format!("negative dimension size {d}")));
                 }
                 dims.push(d);
                 dynamic.push(dy);
@@ -491,14 +623,18 @@ impl<'a> Parser<'a> {
                 acc.checked_mul(d as i128).filter(|&b| b <= MAX_SHAPE_BYTES)
             });
         if bytes.is_none() {
+            let dims: Vec<String> = dims.iter().map(i64::to_string).collect();
             return Err(self
                 .err_at(
                     &type_tok,
-                    "shape is too large: its size in bytes does not fit in 64 bits",
+                    format!(
+                        "shape {ty}[{}] is too large: its size in bytes does not fit in 64 bits",
+                        dims.join(",")
+                    ),
                 )
                 .with_hint("check the dimension sizes"));
         }
-        let layout = if self.tok.tok == Tok::LBrace && self.layout_follows() {
+        let layout = if matches!(self.tok.tok, Tok::LBrace) && self.layout_follows() {
             Some(self.layout(dims.len(), &type_tok)?)
         } else {
             None
@@ -513,14 +649,24 @@ impl<'a> Parser<'a> {
 
     /// After a shape, `{` starts a layout only if the next token is an int or `:`.
     fn layout_follows(&mut self) -> bool {
+        // Cheap byte-level look: `{` then a digit, `:` or `}` (no comment between).
+        let rest = self.lex.source().as_bytes().get(self.lex.pos()..).unwrap_or(&[]);
+        if let Some(&b) = rest.iter().find(|b| !b.is_ascii_whitespace()) {
+            if b.is_ascii_digit() || b == b':' || b == b'}' {
+                return true;
+            }
+            if b != b'/' {
+                return false;
+            }
+        }
         let next = self.peek_next();
         // `{}` is the (empty) layout of a scalar: a computation body is never empty.
         matches!(next.tok, Tok::Int(_) | Tok::Colon | Tok::RBrace)
     }
 
     fn layout(&mut self, rank: usize, type_tok: &Token<'a>) -> PResult<Layout> {
-        self.expect(Tok::LBrace, "'{'")?;
-        let minor_to_major = if self.tok.tok == Tok::Colon {
+        let open = self.expect(Tok::LBrace, "'{'")?;
+        let minor_to_major = if matches!(self.tok.tok, Tok::Colon) {
             Vec::new()
         } else {
             self.int_list_until(Tok::RBrace)?
@@ -530,13 +676,22 @@ impl<'a> Parser<'a> {
             ..Layout::default()
         };
         if l.minor_to_major.len() != rank {
-            return Err(self.err_at(
-                type_tok,
+            let _ = type_tok;
+            let mut e = self.err_at(
+                &open,
                 format!(
-                    "layout has {} dimensions but the shape has rank {rank}",
+                    "layout lists {} dimension(s) but the shape has rank {rank}",
                     l.minor_to_major.len()
                 ),
-            ));
+            );
+            if (1..=8).contains(&rank) {
+                let dims: Vec<String> = (0..rank).rev().map(|d| d.to_string()).collect();
+                e = e.with_hint(format!(
+                    "list every dimension once, minor to major, e.g. {{{}}}",
+                    dims.join(",")
+                ));
+            }
+            return Err(e);
         }
         if self.eat(Tok::Colon) {
             self.layout_attrs(&mut l)?;
@@ -550,14 +705,14 @@ impl<'a> Parser<'a> {
             match self.tok.tok {
                 Tok::Ident("D") => {
                     self.bump();
-                    l.dim_level_types = Some(self.dim_level_types()?);
+                    l.attrs.get_or_insert_with(Default::default).dim_level_types = Some(self.dim_level_types()?);
                 }
                 Tok::Ident("T") => {
                     self.bump();
-                    while self.tok.tok == Tok::LParen {
+                    while matches!(self.tok.tok, Tok::LParen) {
                         self.bump();
                         let mut tile = Vec::new();
-                        while self.tok.tok != Tok::RParen {
+                        while !matches!(self.tok.tok, Tok::RParen) {
                             if self.eat(Tok::Star) {
                                 tile.push(COMBINE_DIM);
                             } else {
@@ -571,12 +726,12 @@ impl<'a> Parser<'a> {
                         l.tiles.push(tile);
                     }
                 }
-                Tok::Ident("L") => l.tail_padding_alignment = Some(self.layout_int_part()?),
-                Tok::Hash => l.index_type = Some(self.layout_type_part()?),
-                Tok::Star => l.pointer_type = Some(self.layout_type_part()?),
-                Tok::Ident("E") => l.element_size_bits = Some(self.layout_int_part()?),
-                Tok::Ident("S") => l.memory_space = Some(self.layout_int_part()?),
-                Tok::Ident("M") => l.dynamic_metadata_prefix_bytes = Some(self.layout_int_part()?),
+                Tok::Ident("L") => l.attrs.get_or_insert_with(Default::default).tail_padding_alignment = Some(self.layout_int_part()?),
+                Tok::Hash => l.attrs.get_or_insert_with(Default::default).index_type = Some(self.layout_type_part()?),
+                Tok::Star => l.attrs.get_or_insert_with(Default::default).pointer_type = Some(self.layout_type_part()?),
+                Tok::Ident("E") => l.attrs.get_or_insert_with(Default::default).element_size_bits = Some(self.layout_int_part()?),
+                Tok::Ident("S") => l.attrs.get_or_insert_with(Default::default).memory_space = Some(self.layout_int_part()?),
+                Tok::Ident("M") => l.attrs.get_or_insert_with(Default::default).dynamic_metadata_prefix_bytes = Some(self.layout_int_part()?),
                 Tok::Ident("SC") => {
                     self.bump();
                     while self.eat(Tok::LParen) {
@@ -584,13 +739,16 @@ impl<'a> Parser<'a> {
                         self.expect(Tok::Colon, "':' in split config")?;
                         let idx = self.int_list_until(Tok::RParen)?;
                         self.expect(Tok::RParen, "')'")?;
-                        l.split_configs.push((dim, idx));
+                        l.attrs.get_or_insert_with(Default::default).split_configs.push((dim, idx));
                     }
                 }
                 Tok::Ident("P") => {
                     self.bump();
                     self.expect(Tok::LParen, "'('")?;
-                    l.physical_shape = Some(Box::new(self.shape()?));
+                    // With the shape's own level, a physical shape counts as 4.
+                    self.enter_weighted(3)?;
+                    l.attrs.get_or_insert_with(Default::default).physical_shape = Some(Box::new(self.shape()?));
+                    self.leave_weighted(3);
                     self.expect(Tok::RParen, "')'")?;
                 }
                 Tok::RBrace => return Ok(()),
@@ -602,7 +760,7 @@ impl<'a> Parser<'a> {
     fn dim_level_types(&mut self) -> PResult<Vec<String>> {
         self.expect(Tok::LParen, "'('")?;
         let mut out = Vec::new();
-        while self.tok.tok != Tok::RParen {
+        while !matches!(self.tok.tok, Tok::RParen) {
             let t = self.bump();
             let mut s = match t.tok {
                 Tok::Ident(s) => s.to_string(),
@@ -656,11 +814,20 @@ impl<'a> Parser<'a> {
         self.comp_names.clear();
         let mut name = String::new();
         let mut config = ModuleConfig::default();
+        // The `entry_computation_layout=` token, to point errors at.
+        let mut layout_at = self.tok;
         if self.is_ident("HloModule") {
             self.bump();
+            if self.is_ident("ENTRY") || self.is_ident("ROOT") {
+                return Err(self.expected("a module name after 'HloModule'"));
+            }
             name = self.name()?.to_string();
+            let mut seen = FxHashSet::default();
             while self.eat(Tok::Comma) {
-                self.module_attr(&mut config)?;
+                if self.tok.tok == Tok::AttrName("entry_computation_layout") {
+                    layout_at = self.tok;
+                }
+                self.module_attr(&mut config, &mut seen)?;
             }
         }
         let stack_frames = if self.is_ident("FileNames") {
@@ -669,25 +836,33 @@ impl<'a> Parser<'a> {
             None
         };
         let mut entry = None;
-        while self.tok.tok != Tok::Eof && !self.is_ident("HloModule") {
+        while !matches!(self.tok.tok, Tok::Eof) && !self.is_ident("HloModule") {
+            let comp_start = self.tok;
             let (id, is_entry) = self.computation()?;
             if is_entry {
                 if entry.is_some() {
-                    return Err(self.err_here("more than one ENTRY computation"));
+                    return Err(self
+                        .err_at(&comp_start, "more than one ENTRY computation")
+                        .with_hint("a module has exactly one ENTRY computation"));
                 }
                 entry = Some(id);
             }
         }
         let Some(entry) = entry.or_else(|| self.last_visible_comp()) else {
-            return Err(self.err_here("the module has no computations"));
+            return Err(self
+                .err_here("the module has no computations")
+                .with_hint("expected a computation like 'ENTRY main { ... }'"));
         };
         self.comps[entry.index()].is_entry = true;
+        if name.is_empty() {
+            // XLA names a module read without a header after its entry computation.
+            name = format!("module_{}", self.comps[entry.index()].name);
+        }
         if let Some((params, result)) = &config.entry_layout {
             let c = &self.comps[entry.index()];
             if params.len() != c.params.len() {
-                return Err(ParseError::new(
-                    0,
-                    1,
+                return Err(self.err_at(
+                    &layout_at,
                     format!(
                     "entry_computation_layout has {} parameters but the entry computation has {}",
                     params.len(),
@@ -697,10 +872,13 @@ impl<'a> Parser<'a> {
             }
             let root_shape = &self.instrs[c.root.index()].shape;
             if !result.compatible(root_shape) {
-                return Err(ParseError::new(
-                    0,
-                    1,
-                    "entry_computation_layout result does not match the entry ROOT shape",
+                return Err(self.err_at(
+                    &layout_at,
+                    format!(
+                        "entry_computation_layout result {} does not match the entry ROOT shape {}",
+                        result.without_layouts(),
+                        root_shape.without_layouts()
+                    ),
                 ));
             }
         }
@@ -721,7 +899,7 @@ impl<'a> Parser<'a> {
             .map(|i| CompId(i as u32))
     }
 
-    fn module_attr(&mut self, c: &mut ModuleConfig) -> PResult<()> {
+    fn module_attr(&mut self, c: &mut ModuleConfig, seen: &mut FxHashSet<&'a str>) -> PResult<()> {
         let t = self.bump();
         let Tok::AttrName(name) = t.tok else {
             return Err(self.err_at(
@@ -729,32 +907,23 @@ impl<'a> Parser<'a> {
                 format!("expected a module attribute, found {}", t.tok.describe()),
             ));
         };
-        let dup = |set: bool| -> PResult<()> {
-            if set {
-                Err(self.err_at(&t, format!("duplicate module attribute '{name}'")))
-            } else {
-                Ok(())
-            }
-        };
+        if !seen.insert(name) {
+            return Err(self.err_at(&t, format!("duplicate module attribute '{name}'")));
+        }
         match name {
             "is_scheduled" => {
-                dup(c.is_scheduled.is_some())?;
                 c.is_scheduled = Some(self.bool_value()?);
             }
             "alias_passthrough_params" => {
-                dup(c.alias_passthrough_params.is_some())?;
                 c.alias_passthrough_params = Some(self.bool_value()?);
             }
             "replica_count" => {
-                dup(c.replica_count.is_some())?;
                 c.replica_count = Some(self.positive_int("replica_count")?);
             }
             "num_partitions" => {
-                dup(c.num_partitions.is_some())?;
                 c.num_partitions = Some(self.positive_int("num_partitions")?);
             }
             "entry_computation_layout" => {
-                dup(c.entry_layout.is_some())?;
                 self.expect(Tok::LBrace, "'{'")?;
                 self.expect(Tok::LParen, "'('")?;
                 let mut params = Vec::new();
@@ -776,10 +945,9 @@ impl<'a> Parser<'a> {
                 c.entry_layout = Some((params, result));
             }
             "input_output_alias" => {
-                dup(c.has_input_output_alias)?;
                 c.has_input_output_alias = true;
                 self.expect(Tok::LBrace, "'{'")?;
-                while self.tok.tok != Tok::RBrace {
+                while !matches!(self.tok.tok, Tok::RBrace) {
                     let out_idx = self.int_list_braced()?;
                     self.expect(Tok::Colon, "':'")?;
                     self.expect(Tok::LParen, "'('")?;
@@ -803,10 +971,9 @@ impl<'a> Parser<'a> {
                 self.expect(Tok::RBrace, "'}'")?;
             }
             "buffer_donor" => {
-                dup(c.has_buffer_donor)?;
                 c.has_buffer_donor = true;
                 self.expect(Tok::LBrace, "'{'")?;
-                while self.tok.tok != Tok::RBrace {
+                while !matches!(self.tok.tok, Tok::RBrace) {
                     self.expect(Tok::LParen, "'('")?;
                     let param = self.int()?;
                     self.expect(Tok::Comma, "','")?;
@@ -820,11 +987,9 @@ impl<'a> Parser<'a> {
                 self.expect(Tok::RBrace, "'}'")?;
             }
             "frontend_attributes" => {
-                dup(c.frontend_attributes.is_some())?;
                 c.frontend_attributes = Some(self.frontend_attrs()?);
             }
             _ => {
-                dup(c.extra.iter().any(|(n, _)| n == name))?;
                 let v = self.raw_value()?;
                 c.extra.push((name.to_string(), v));
             }
@@ -889,7 +1054,7 @@ impl<'a> Parser<'a> {
     fn sub_attrs(&mut self, fields: &[&str]) -> PResult<Vec<i64>> {
         self.expect(Tok::LBrace, "'{'")?;
         let mut vals = vec![None; fields.len()];
-        while self.tok.tok != Tok::RBrace {
+        while !matches!(self.tok.tok, Tok::RBrace) {
             let t = self.bump();
             let Tok::AttrName(n) = t.tok else {
                 return Err(self.err_at(&t, "expected 'field='"));
@@ -914,16 +1079,19 @@ impl<'a> Parser<'a> {
     fn computation(&mut self) -> PResult<(CompId, bool)> {
         let is_entry = self.eat(Tok::Ident("ENTRY"));
         let name_tok = self.tok.clone();
-        let name = self.name()?;
+        let name = match self.tok.tok {
+            Tok::Name(_) | Tok::Ident(_) => self.name()?,
+            _ => return Err(self.expected("a computation name")),
+        };
         if self.comp_names.contains_key(name) {
             return Err(self.err_at(&name_tok, format!("computation '{name}' is defined twice")));
         }
-        let declared_result = if self.tok.tok == Tok::LParen {
+        let declared_result = if matches!(self.tok.tok, Tok::LParen) {
             Some(self.program_shape()?)
         } else {
             None
         };
-        self.expect(Tok::LBrace, "'{' to open the computation body")?;
+        let open = self.expect(Tok::LBrace, "'{' to open the computation body")?;
         let id = CompId(self.comps.len() as u32);
         self.push_comp_offset(name_tok.start);
         self.comps.push(Computation {
@@ -938,11 +1106,14 @@ impl<'a> Parser<'a> {
         self.scope.clear();
         let mut instrs = Vec::new();
         let mut root = None;
-        while self.tok.tok != Tok::RBrace {
-            if self.tok.tok == Tok::Eof {
+        while !matches!(self.tok.tok, Tok::RBrace) {
+            if matches!(self.tok.tok, Tok::Eof) {
+                let (line, _) = crate::error::line_col(self.lex.source(), open.start);
                 return Err(self
                     .err_here("unexpected end of input inside a computation")
-                    .with_hint("a '}' is missing"));
+                    .with_hint(format!(
+                        "add a '}}' to close computation '{name}' (its body opens on line {line})"
+                    )));
             }
             let is_root = self.eat(Tok::Ident("ROOT"));
             let start = self.tok.clone();
@@ -972,7 +1143,7 @@ impl<'a> Parser<'a> {
             }
         }
         let mut execution_thread = None;
-        if self.tok.tok == Tok::Comma && self.peek_is_attr("execution_thread") {
+        if matches!(self.tok.tok, Tok::Comma) && self.peek_is_attr("execution_thread") {
             self.bump();
             self.bump();
             execution_thread = Some(self.string()?);
@@ -993,19 +1164,27 @@ impl<'a> Parser<'a> {
         name: &str,
         close: &Token<'a>,
     ) -> PResult<Vec<InstrId>> {
-        let mut params: Vec<Option<InstrId>> = Vec::new();
+        let count = instrs
+            .iter()
+            .filter(|i| self.instrs[i.index()].parameter_number.is_some())
+            .count();
+        // Numbers must be 0..count, so nothing is allocated for a huge number.
+        let mut params: Vec<Option<InstrId>> = vec![None; count];
         for &iid in instrs {
             let Some(n) = self.instrs[iid.index()].parameter_number else {
                 continue;
             };
             let at = self.spans.instr_offsets[iid.index()];
-            let n = usize::try_from(n)
-                .ok()
-                .filter(|&n| n < 1 << 20)
-                .ok_or_else(|| ParseError::new(at, 1, format!("invalid parameter number {n}")))?;
-            if params.len() <= n {
-                params.resize(n + 1, None);
-            }
+            let n = usize::try_from(n).ok().filter(|&n| n < count).ok_or_else(|| {
+                ParseError::new(
+                    at,
+                    1,
+                    format!(
+                        "parameter number {n} is out of range: computation '{name}' has {count} parameter(s)"
+                    ),
+                )
+                .with_hint(format!("parameters are numbered from 0 to {}", count - 1))
+            })?;
             if params[n].replace(iid).is_some() {
                 return Err(ParseError::new(
                     at,
@@ -1134,6 +1313,9 @@ impl<'a> Parser<'a> {
             None
         };
         let op_tok = self.bump();
+        if shape.is_none() && matches!(self.tok.tok, Tok::LBracket) {
+            return Err(self.unknown_type(&op_tok));
+        }
         let (opcode, sugar) = self.resolve_opcode(&op_tok)?;
         self.expect(Tok::LParen, "'(' after the opcode")?;
         let mut parameter_number = None;
@@ -1146,7 +1328,7 @@ impl<'a> Parser<'a> {
                 None => return Err(self.missing_shape(&op_tok, &name)),
             },
             _ => {
-                if self.tok.tok != Tok::RParen {
+                if !matches!(self.tok.tok, Tok::RParen) {
                     loop {
                         operands.push(self.operand(comp, order)?);
                         if !self.eat(Tok::Comma) {
@@ -1177,6 +1359,7 @@ impl<'a> Parser<'a> {
             ));
         }
         let mut attrs: Vec<Attr> = Vec::new();
+        let mut seen = FxHashSet::default();
         while self.eat(Tok::Comma) {
             let t = self.bump();
             let Tok::AttrName(aname) = t.tok else {
@@ -1188,19 +1371,22 @@ impl<'a> Parser<'a> {
                     ),
                 ));
             };
-            if attrs.iter().any(|a| a.name == aname) {
+            if !seen.insert(aname) {
                 return Err(self.err_at(&t, format!("duplicate attribute '{aname}'")));
             }
             let value = self.attr_value(aname)?;
             attrs.push(Attr {
-                name: aname.to_string(),
+                name: intern_attr_name(aname),
                 value,
             });
         }
         attrs.sort_by_key(|a| print_rank(&a.name));
-        let shape = match shape {
-            Some(s) => s,
-            None => self.infer_missing_shape(opcode, sugar, &operands, &attrs, &op_tok, &name)?,
+        let shape = match (self.derived_shape(opcode, &operands), shape) {
+            (Some(derived), _) => derived,
+            (None, Some(s)) => s,
+            (None, None) => {
+                self.infer_missing_shape(opcode, sugar, &operands, &attrs, &op_tok, &name)?
+            }
         };
         let id = InstrId(self.instrs.len() as u32);
         let _ = name_tok;
@@ -1220,6 +1406,41 @@ impl<'a> Parser<'a> {
             self.build_async_wrapped(id)?;
         }
         Ok(id)
+    }
+
+    /// XLA builds these ops from their operands and ignores the written shape.
+    fn derived_shape(&self, op: Opcode, operands: &[InstrId]) -> Option<Shape> {
+        let operand = |i: usize| operands.get(i).map(|o| &self.instrs[o.index()].shape);
+        match op {
+            Opcode::RecvDone => {
+                let data = operand(0)?.tuple_elements()?.first()?.clone();
+                Some(Shape::Tuple(vec![data, Shape::token()]))
+            }
+            Opcode::SendDone => Some(Shape::token()),
+            Opcode::Send => {
+                let mut ctx = Shape::scalar(PrimitiveType::U32);
+                ctx.fill_default_layouts();
+                Some(Shape::Tuple(vec![operand(0)?.clone(), ctx, Shape::token()]))
+            }
+            _ => None,
+        }
+    }
+
+    /// `t` is followed by `[`, so it was meant as an element type.
+    fn unknown_type(&self, t: &Token<'a>) -> ParseError {
+        let name = op_tok_text(t);
+        let mut e = self.err_at(t, format!("unknown element type '{name}'"));
+        let best = PrimitiveType::ALL
+            .iter()
+            .map(|ty| ty.name())
+            .filter(|n| name.len().abs_diff(n.len()) <= 2)
+            .map(|n| (edit_distance(name, n), n))
+            .filter(|(d, _)| *d <= 2)
+            .min();
+        if let Some((_, n)) = best {
+            e = e.with_hint(format!("did you mean '{n}'?"));
+        }
+        e
     }
 
     fn missing_shape(&self, op_tok: &Token<'a>, name: &str) -> ParseError {
@@ -1277,7 +1498,7 @@ impl<'a> Parser<'a> {
             .iter()
             .filter(|a| {
                 !matches!(
-                    a.name.as_str(),
+                    a.name.as_ref(),
                     "metadata"
                         | "backend_config"
                         | "frontend_attributes"
@@ -1354,7 +1575,7 @@ impl<'a> Parser<'a> {
             }
             Tok::Ident(n) => {
                 self.bump();
-                if self.tok.tok == Tok::LParen {
+                if matches!(self.tok.tok, Tok::LParen) {
                     self.nested_instruction(
                         n,
                         &t,
@@ -1362,6 +1583,8 @@ impl<'a> Parser<'a> {
                         comp,
                         order,
                     )?
+                } else if matches!(self.tok.tok, Tok::LBracket) && written.is_none() {
+                    return Err(self.unknown_type(&t));
                 } else {
                     self.lookup(n, &t)?
                 }
@@ -1409,7 +1632,7 @@ impl<'a> Parser<'a> {
         };
         shape.fill_default_layouts();
         let (op, _) = self.resolve_opcode(op_tok)?;
-        self.enter()?;
+        self.enter_weighted(2)?;
         self.expect(Tok::LParen, "'('")?;
         let mut operands = Vec::new();
         let mut parameter_number = None;
@@ -1418,7 +1641,7 @@ impl<'a> Parser<'a> {
             parameter_number = Some(self.int()?);
         } else if op == Opcode::Constant {
             literal = Some(self.literal(&shape)?);
-        } else if self.tok.tok != Tok::RParen {
+        } else if !matches!(self.tok.tok, Tok::RParen) {
             loop {
                 operands.push(self.operand(comp, order)?);
                 if !self.eat(Tok::Comma) {
@@ -1427,11 +1650,17 @@ impl<'a> Parser<'a> {
             }
         }
         self.expect(Tok::RParen, "')'")?;
-        self.leave();
-        self.anon_counter += 1;
+        self.leave_weighted(2);
+        let n = self.anon_counts.entry(opcode).or_insert(0);
+        let name = if *n == 0 {
+            format!("{opcode}.anon")
+        } else {
+            format!("{opcode}.anon.{n}")
+        };
+        *n += 1;
         let id = InstrId(self.instrs.len() as u32);
         self.push_instr(Instruction {
-            name: format!("{opcode}.anon{}", self.anon_counter),
+            name,
             opcode: op,
             shape,
             operands,
@@ -1473,7 +1702,7 @@ impl<'a> Parser<'a> {
             K::Bools => {
                 self.expect(Tok::LBrace, "'{'")?;
                 let mut v = Vec::new();
-                while self.tok.tok != Tok::RBrace {
+                while !matches!(self.tok.tok, Tok::RBrace) {
                     v.push(self.bool_value()?);
                     if !self.eat(Tok::Comma) {
                         break;
@@ -1485,7 +1714,7 @@ impl<'a> Parser<'a> {
             K::Idents => AttrValue::Idents(self.ident_list()?),
             K::Comp => AttrValue::Comp(self.comp_ref()?),
             K::CompOrComps => {
-                if self.tok.tok == Tok::LBrace {
+                if matches!(self.tok.tok, Tok::LBrace) {
                     AttrValue::Comps(self.comp_list()?)
                 } else {
                     AttrValue::Comp(self.comp_ref()?)
@@ -1495,7 +1724,7 @@ impl<'a> Parser<'a> {
             K::Instrs => {
                 self.expect(Tok::LBrace, "'{'")?;
                 let mut v = Vec::new();
-                while self.tok.tok != Tok::RBrace {
+                while !matches!(self.tok.tok, Tok::RBrace) {
                     let t = self.tok.clone();
                     let n = self.name()?;
                     v.push(self.lookup(n, &t)?);
@@ -1512,15 +1741,15 @@ impl<'a> Parser<'a> {
             K::DimLabels => {
                 let t = self.bump();
                 match t.tok {
-                    Tok::DimLabels(s) => AttrValue::DimLabels(
+                    Tok::DimLabels(s) => AttrValue::DimLabels(Box::new(
                         parse_dim_labels(s)
                             .ok_or_else(|| self.err_at(&t, format!("invalid dim_labels '{s}'")))?,
-                    ),
+                    )),
                     _ => return Err(self.err_at(&t, "expected dim_labels like 'b01f_01io->b01f'")),
                 }
             }
-            K::Sharding => AttrValue::Sharding(self.sharding()?),
-            K::ReplicaGroups => AttrValue::ReplicaGroups(self.replica_groups()?),
+            K::Sharding => AttrValue::Sharding(Box::new(self.sharding()?)),
+            K::ReplicaGroups => AttrValue::ReplicaGroups(Box::new(self.replica_groups()?)),
             K::Metadata => AttrValue::Metadata(Box::new(self.metadata()?)),
             K::Frontend => self.frontend_attrs()?,
             K::BackendConfig => match self.tok.tok {
@@ -1531,12 +1760,12 @@ impl<'a> Parser<'a> {
             K::Shape => {
                 let mut s = self.shape()?;
                 s.fill_default_layouts();
-                AttrValue::Shape(s)
+                AttrValue::Shape(Box::new(s))
             }
             K::Shapes => {
                 self.expect(Tok::LBrace, "'{'")?;
                 let mut v = Vec::new();
-                while self.tok.tok != Tok::RBrace {
+                while !matches!(self.tok.tok, Tok::RBrace) {
                     let mut s = self.shape()?;
                     s.fill_default_layouts();
                     v.push(s);
@@ -1551,12 +1780,12 @@ impl<'a> Parser<'a> {
                 let mut s = self.shape()?;
                 s.fill_default_layouts();
                 let lit = self.literal(&s)?;
-                AttrValue::Literal(s, lit)
+                AttrValue::Literal(Box::new((s, lit)))
             }
             K::OperandAliasing => {
                 self.expect(Tok::LBrace, "'{'")?;
                 let mut v = Vec::new();
-                while self.tok.tok != Tok::RBrace {
+                while !matches!(self.tok.tok, Tok::RBrace) {
                     let out = self.int_list_braced()?;
                     self.expect(Tok::Colon, "':'")?;
                     self.expect(Tok::LParen, "'('")?;
@@ -1584,6 +1813,7 @@ impl<'a> Parser<'a> {
         match t.tok {
             Tok::Decimal(v) => Ok(v),
             Tok::Int(v) => Ok(v as f64),
+            Tok::UInt64(v) => Ok(v as f64),
             Tok::Ident("inf") => Ok(f64::INFINITY),
             Tok::NegInf => Ok(f64::NEG_INFINITY),
             _ => Err(self.err_at(&t, format!("expected a number, found {}", t.tok.describe()))),
@@ -1592,7 +1822,7 @@ impl<'a> Parser<'a> {
 
     fn ints_or_lists(&mut self) -> PResult<AttrValue> {
         self.expect(Tok::LBrace, "'{'")?;
-        if self.tok.tok == Tok::LBrace {
+        if matches!(self.tok.tok, Tok::LBrace) {
             let mut lists = Vec::new();
             loop {
                 lists.push(self.int_list_braced()?);
@@ -1639,7 +1869,7 @@ impl<'a> Parser<'a> {
     fn comp_list(&mut self) -> PResult<Vec<CompId>> {
         self.expect(Tok::LBrace, "'{'")?;
         let mut v = Vec::new();
-        while self.tok.tok != Tok::RBrace {
+        while !matches!(self.tok.tok, Tok::RBrace) {
             v.push(self.comp_ref()?);
             if !self.eat(Tok::Comma) {
                 break;
@@ -1652,11 +1882,21 @@ impl<'a> Parser<'a> {
     fn window(&mut self) -> PResult<Window> {
         self.expect(Tok::LBrace, "'{'")?;
         let mut fields: Vec<(&'a str, Token<'a>)> = Vec::new();
-        while self.tok.tok != Tok::RBrace {
+        while !matches!(self.tok.tok, Tok::RBrace) {
             let t = self.bump();
             let Tok::AttrName(f) = t.tok else {
                 return Err(self.err_at(&t, "expected a window field like 'size='"));
             };
+            if !matches!(
+                f,
+                "size" | "stride" | "pad" | "lhs_dilate" | "rhs_dilate" | "rhs_reversal"
+            ) {
+                return Err(self
+                    .err_at(&t, format!("unknown window field '{f}'"))
+                    .with_hint(
+                        "fields are size, stride, pad, lhs_dilate, rhs_dilate, rhs_reversal",
+                    ));
+            }
             fields.push((f, self.bump()));
         }
         self.bump();
@@ -1671,7 +1911,7 @@ impl<'a> Parser<'a> {
         for (f, t) in &fields {
             if *f == "pad" {
                 let pads = pad_dims(t).ok_or_else(|| self.err_at(t, "invalid window padding"))?;
-                self.check_window_rank(t, pads.len(), rank)?;
+                self.check_window_rank(t, f, pads.len(), rank)?;
                 for (d, p) in w.dims.iter_mut().zip(pads) {
                     d.padding_low = p.low;
                     d.padding_high = p.high;
@@ -1680,7 +1920,7 @@ impl<'a> Parser<'a> {
             }
             let vals = split_x(t)
                 .ok_or_else(|| self.err_at(t, format!("invalid value for window field '{f}'")))?;
-            self.check_window_rank(t, vals.len(), rank)?;
+            self.check_window_rank(t, f, vals.len(), rank)?;
             for (d, v) in w.dims.iter_mut().zip(vals) {
                 match *f {
                     "size" => d.size = v,
@@ -1701,12 +1941,14 @@ impl<'a> Parser<'a> {
         Ok(w)
     }
 
-    fn check_window_rank(&self, t: &Token<'a>, n: usize, rank: usize) -> PResult<()> {
+    fn check_window_rank(&self, t: &Token<'a>, f: &str, n: usize, rank: usize) -> PResult<()> {
         if n != rank {
-            return Err(self.err_at(
-                t,
-                format!("window field has {n} dimensions but size has {rank}"),
-            ));
+            return Err(self
+                .err_at(
+                    t,
+                    format!("window {f} has {n} dimension(s) but the window size has {rank}"),
+                )
+                .with_hint("write one value per window dimension, separated by 'x', e.g. 2x2"));
         }
         Ok(())
     }
@@ -1714,7 +1956,7 @@ impl<'a> Parser<'a> {
     fn slice_attr(&mut self) -> PResult<Vec<SliceDim>> {
         self.expect(Tok::LBrace, "'{'")?;
         let mut v = Vec::new();
-        while self.tok.tok == Tok::LBracket {
+        while matches!(self.tok.tok, Tok::LBracket) {
             self.bump();
             let start = self.int()?;
             self.expect(Tok::Colon, "':'")?;
@@ -1738,7 +1980,7 @@ impl<'a> Parser<'a> {
         let t = self.bump();
         match t.tok {
             Tok::Pad(_) => pad_dims(&t).ok_or_else(|| self.err_at(&t, "invalid padding")),
-            Tok::LBrace if self.tok.tok == Tok::RBrace => {
+            Tok::LBrace if matches!(self.tok.tok, Tok::RBrace) => {
                 self.bump();
                 Ok(Vec::new())
             }
@@ -1748,9 +1990,9 @@ impl<'a> Parser<'a> {
 
     fn sharding(&mut self) -> PResult<Sharding> {
         let open = self.expect(Tok::LBrace, "'{' to open a sharding")?;
-        if self.tok.tok == Tok::LBrace || self.tok.tok == Tok::RBrace {
+        if matches!(self.tok.tok, Tok::LBrace) || matches!(self.tok.tok, Tok::RBrace) {
             let mut v = Vec::new();
-            while self.tok.tok == Tok::LBrace {
+            while matches!(self.tok.tok, Tok::LBrace) {
                 let o = self.bump();
                 v.push(self.single_sharding(&o)?);
                 if !self.eat(Tok::Comma) {
@@ -1936,7 +2178,7 @@ impl<'a> Parser<'a> {
         if self.is_ident("mesh") {
             return self.mesh_replica_groups();
         }
-        if self.tok.tok == Tok::LBracket {
+        if matches!(self.tok.tok, Tok::LBracket) {
             let gs = self.int_list_bracketed()?;
             let t = self.tok.clone();
             if gs.len() != 2 {
@@ -1945,10 +2187,16 @@ impl<'a> Parser<'a> {
             self.expect(Tok::Leq, "'<='")?;
             let reshape = self.int_list_bracketed()?;
             let transpose = self.iota_transpose(&reshape)?;
-            if gs[0].checked_mul(gs[1]) != Some(reshape.iter().product()) {
+            let devices: i64 = reshape.iter().product();
+            if gs[0].checked_mul(gs[1]) != Some(devices) {
                 return Err(self.err_at(
                     &t,
-                    "iota replica groups: groups x size must equal the device count",
+                    format!(
+                        "iota replica groups [{},{}] need {} devices but the iota lists {devices}",
+                        gs[0],
+                        gs[1],
+                        gs[0].saturating_mul(gs[1])
+                    ),
                 ));
             }
             return Ok(ReplicaGroups::Iota {
@@ -1960,7 +2208,7 @@ impl<'a> Parser<'a> {
         }
         self.expect(Tok::LBrace, "'{' or '[' for replica groups")?;
         let mut groups = Vec::new();
-        while self.tok.tok == Tok::LBrace {
+        while matches!(self.tok.tok, Tok::LBrace) {
             groups.push(self.int_list_braced()?);
             if !self.eat(Tok::Comma) {
                 break;
@@ -1974,7 +2222,7 @@ impl<'a> Parser<'a> {
     fn mesh_replica_groups(&mut self) -> PResult<ReplicaGroups> {
         let start = self.tok.start;
         self.lex.reset_to(self.tok.end);
-        let err = |e: String| ParseError::new(start, 4, e);
+        let err = |e: &str| ParseError::new(start, 4, e);
         self.lex.skip_trivia().map_err(err)?;
         let axes_text = self.lex.scan_balanced(MAX_RAW_LEN).map_err(err)?;
         self.lex.skip_trivia().map_err(err)?;
@@ -2026,7 +2274,7 @@ impl<'a> Parser<'a> {
     fn metadata(&mut self) -> PResult<Metadata> {
         self.expect(Tok::LBrace, "'{'")?;
         let mut m = Metadata::default();
-        while self.tok.tok != Tok::RBrace {
+        while !matches!(self.tok.tok, Tok::RBrace) {
             let t = self.bump();
             let Tok::AttrName(f) = t.tok else {
                 return Err(self.err_at(
@@ -2064,12 +2312,12 @@ impl<'a> Parser<'a> {
     fn frontend_attrs(&mut self) -> PResult<AttrValue> {
         self.expect(Tok::LBrace, "'{'")?;
         let mut v: Vec<(String, FrontendValue)> = Vec::new();
-        while self.tok.tok != Tok::RBrace {
+        while !matches!(self.tok.tok, Tok::RBrace) {
             let t = self.bump();
             let key = match t.tok {
                 Tok::AttrName(k) => k.to_string(),
-                Tok::Str(ref k) => {
-                    let k = k.to_string();
+                Tok::Str(k) => {
+                    let k = k.value().map_err(|e| self.err_at(&t, e))?.into_owned();
                     self.expect(Tok::Eq, "'='")?;
                     k
                 }
@@ -2132,7 +2380,7 @@ impl<'a> Parser<'a> {
                 if a.dims.iter().any(|&d| d < 0) {
                     return Err(self.err_here("constants cannot have dynamic dimensions"));
                 }
-                if a.rank() > 0 && self.tok.tok == Tok::LBrace && self.peek_is_ellipsis() {
+                if a.rank() > 0 && matches!(self.tok.tok, Tok::LBrace) && self.peek_is_ellipsis() {
                     self.bump();
                     self.bump();
                     self.expect(Tok::RBrace, "'}' after '...'")?;
@@ -2163,13 +2411,18 @@ impl<'a> Parser<'a> {
         let open = self.expect(Tok::LBrace, "'{' in an array literal")?;
         let (n, rest) = dims.split_first().expect("rank >= 1");
         let mut count = 0i64;
-        while self.tok.tok != Tok::RBrace {
+        while !matches!(self.tok.tok, Tok::RBrace) {
             if count >= *n {
                 return Err(
                     self.err_here(format!("too many elements: this dimension has size {n}"))
                 );
             }
             if rest.is_empty() {
+                if matches!(self.tok.tok, Tok::LBrace) {
+                    return Err(self
+                        .err_here("too many '{': the literal is nested deeper than its shape")
+                        .with_hint("write one level of braces per dimension of the shape"));
+                }
                 self.scalar_into(ty, data)?;
             } else {
                 self.nested_into(ty, rest, data)?;
@@ -2199,20 +2452,24 @@ impl<'a> Parser<'a> {
                     Tok::Ident("true") => true,
                     Tok::Ident("false") => false,
                     Tok::Int(i) => i != 0,
+                    Tok::UInt64(_) => true,
                     _ => return Err(self.expected("a pred value (true, false, 0 or 1)")),
                 };
                 self.bump();
                 v.push(b);
             }
             LiteralData::Int(v) => {
-                let Tok::Int(i) = t.tok else {
-                    return Err(self.expected(&format!("an integer for {ty}")));
+                let i = match t.tok {
+                    Tok::Int(i) => i128::from(i),
+                    Tok::UInt64(u) => i128::from(u),
+                    _ => return Err(self.expected(&format!("an integer for {ty}"))),
                 };
                 self.bump();
-                v.push(
-                    check_int_range(i, ty)
-                        .ok_or_else(|| self.err_at(&t, format!("{i} is out of range for {ty}")))?,
-                );
+                v.push(check_int_range(i, ty).ok_or_else(|| {
+                    let (lo, hi) = int_range(ty);
+                    self.err_at(&t, format!("{i} is out of range for {ty}"))
+                        .with_hint(format!("{ty} values are from {lo} to {hi}"))
+                })?);
             }
             LiteralData::Float(v) => {
                 let x = self.float_value()?;
@@ -2232,6 +2489,16 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// Token equality with a cheap discriminant test first (the parser's hottest comparison).
+#[inline]
+fn same_token(a: &Tok, b: &Tok) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b)
+        && match (a, b) {
+            (Tok::Ident(x), Tok::Ident(y)) | (Tok::AttrName(x), Tok::AttrName(y)) | (Tok::Name(x), Tok::Name(y)) => x == y,
+            _ => a == b,
+        }
+}
+
 fn empty_data(ty: PrimitiveType) -> LiteralData {
     match ty.kind() {
         TypeKind::Pred => LiteralData::Pred(Vec::new()),
@@ -2244,13 +2511,18 @@ fn empty_data(ty: PrimitiveType) -> LiteralData {
 
 /// Range-checks an integer literal against its type; u64 values are kept as bits.
 fn check_int_range(v: i128, ty: PrimitiveType) -> Option<i64> {
+    let (lo, hi) = int_range(ty);
+    (lo..=hi).contains(&v).then_some(v as u64 as i64)
+}
+
+/// The smallest and largest value of an integer type.
+fn int_range(ty: PrimitiveType) -> (i128, i128) {
     let bits = ty.bit_width();
-    let (lo, hi): (i128, i128) = if ty.is_signed_int() {
+    if ty.is_signed_int() {
         (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
     } else {
         (0, (1i128 << bits) - 1)
-    };
-    (lo..=hi).contains(&v).then_some(v as u64 as i64)
+    }
 }
 
 fn op_tok_text<'a>(t: &Token<'a>) -> &'a str {
@@ -2272,7 +2544,7 @@ fn describe_arity(a: crate::opcode::Arity) -> String {
 /// Splits `3x3` / `5` into numbers.
 fn split_x(t: &Token) -> Option<Vec<i64>> {
     match t.tok {
-        Tok::Int(v) => Some(vec![i64::try_from(v).ok()?]),
+        Tok::Int(v) => Some(vec![v]),
         Tok::Dxd(s) => s.split('x').map(|p| p.parse().ok()).collect(),
         _ => None,
     }
@@ -2338,8 +2610,11 @@ pub fn parse_dim_labels(s: &str) -> Option<ConvDimLabels> {
 }
 
 fn closest_opcode(s: &str) -> Option<&'static str> {
+    // The edit distance is at least the length difference: skipping distant
+    // names keeps a megabyte-long identifier from costing seconds.
     Opcode::ALL
         .iter()
+        .filter(|op| s.len().abs_diff(op.name().len()) <= 3)
         .map(|op| (edit_distance(s, op.name()), op.name()))
         .filter(|(d, _)| *d <= 3)
         .min()

@@ -363,7 +363,8 @@ pub fn write_attr_value(out: &mut String, m: &Module, v: &AttrValue) {
             }
             out.push('}');
         }
-        AttrValue::Literal(s, lit) => {
+        AttrValue::Literal(b) => {
+            let (s, lit) = &**b;
             write_shape(out, s, true);
             out.push(' ');
             write_literal(out, lit, s);

@@ -28,14 +28,22 @@ pub struct ArrayShape {
     pub layout: Option<Layout>,
 }
 
-/// A layout: `{minor_to_major:attrs}`.
+/// A layout: `{minor_to_major:attrs}`. Kept small (shapes are moved around a
+/// lot while parsing): everything but minor_to_major and tiles is boxed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Layout {
     pub minor_to_major: Vec<i64>,
-    /// Sparse dim-level types, kept as written (`D`, `C+`, ...).
-    pub dim_level_types: Option<Vec<String>>,
     /// Tiles; a `*` entry is [`COMBINE_DIM`].
     pub tiles: Vec<Vec<i64>>,
+    /// The rarer attributes; `None` when all are absent.
+    pub attrs: Option<Box<LayoutAttrs>>,
+}
+
+/// Layout attributes after the tiles, in print order (HLO_GRAMMAR §2.2).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LayoutAttrs {
+    /// Sparse dim-level types, kept as written (`D`, `C+`, ...).
+    pub dim_level_types: Option<Vec<String>>,
     pub tail_padding_alignment: Option<i64>,
     pub index_type: Option<PrimitiveType>,
     pub pointer_type: Option<PrimitiveType>,
@@ -57,16 +65,17 @@ impl Layout {
 
     /// True when the layout has nothing beyond minor_to_major.
     pub fn is_plain(&self) -> bool {
-        self.dim_level_types.is_none()
-            && self.tiles.is_empty()
-            && self.tail_padding_alignment.is_none()
-            && self.index_type.is_none()
-            && self.pointer_type.is_none()
-            && self.element_size_bits.is_none()
-            && self.memory_space.is_none()
-            && self.split_configs.is_empty()
-            && self.physical_shape.is_none()
-            && self.dynamic_metadata_prefix_bytes.is_none()
+        self.tiles.is_empty() && self.attrs.is_none()
+    }
+
+    /// `S(n)`: the memory space (0, the default, when absent).
+    pub fn memory_space(&self) -> i64 {
+        self.attrs.as_ref().and_then(|a| a.memory_space).unwrap_or(0)
+    }
+
+    /// `E(n)`: element size in bits when packed (0 = natural size).
+    pub fn element_size_bits(&self) -> i64 {
+        self.attrs.as_ref().and_then(|a| a.element_size_bits).unwrap_or(0)
     }
 }
 
@@ -277,7 +286,7 @@ fn write_layout(out: &mut String, l: &Layout) {
     write_int_list(out, &l.minor_to_major);
     if !l.is_plain() {
         out.push(':');
-        if let Some(levels) = &l.dim_level_types {
+        if let Some(levels) = l.attrs.as_ref().and_then(|a| a.dim_level_types.as_ref()) {
             out.push_str("D(");
             out.push_str(&levels.join(","));
             out.push(')');
@@ -299,34 +308,40 @@ fn write_layout(out: &mut String, l: &Layout) {
                 out.push(')');
             }
         }
-        let mut part = |tag: &str, v: Option<String>| {
-            if let Some(v) = v {
-                let _ = write!(out, "{tag}({v})");
-            }
-        };
-        part("L", l.tail_padding_alignment.map(|v| v.to_string()));
-        part("#", l.index_type.map(|t| t.name().to_string()));
-        part("*", l.pointer_type.map(|t| t.name().to_string()));
-        part("E", l.element_size_bits.map(|v| v.to_string()));
-        part("S", l.memory_space.map(|v| v.to_string()));
-        if !l.split_configs.is_empty() {
-            out.push_str("SC");
-            for (dim, idx) in &l.split_configs {
-                let _ = write!(out, "({dim}:");
-                write_int_list(out, idx);
-                out.push(')');
-            }
-        }
-        if let Some(p) = &l.physical_shape {
-            out.push_str("P(");
-            write_shape(out, p, true);
-            out.push(')');
-        }
-        if let Some(m) = l.dynamic_metadata_prefix_bytes {
-            let _ = write!(out, "M({m})");
+        if let Some(a) = &l.attrs {
+            write_layout_attrs(out, a);
         }
     }
     out.push('}');
+}
+
+fn write_layout_attrs(out: &mut String, l: &LayoutAttrs) {
+    let mut part = |tag: &str, v: Option<String>| {
+        if let Some(v) = v {
+            let _ = write!(out, "{tag}({v})");
+        }
+    };
+    part("L", l.tail_padding_alignment.map(|v| v.to_string()));
+    part("#", l.index_type.map(|t| t.name().to_string()));
+    part("*", l.pointer_type.map(|t| t.name().to_string()));
+    part("E", l.element_size_bits.map(|v| v.to_string()));
+    part("S", l.memory_space.map(|v| v.to_string()));
+    if !l.split_configs.is_empty() {
+        out.push_str("SC");
+        for (dim, idx) in &l.split_configs {
+            let _ = write!(out, "({dim}:");
+            write_int_list(out, idx);
+            out.push(')');
+        }
+    }
+    if let Some(p) = &l.physical_shape {
+        out.push_str("P(");
+        write_shape(out, p, true);
+        out.push(')');
+    }
+    if let Some(m) = l.dynamic_metadata_prefix_bytes {
+        let _ = write!(out, "M({m})");
+    }
 }
 
 impl fmt::Display for Shape {

@@ -1,0 +1,39 @@
+//! Reading HLO text from files or stdin, and parsing it with rendered diagnostics.
+
+use anyhow::{Context, Result};
+use std::io::Read;
+use tpusim_hlo::{Module, SourceMap};
+
+/// Reads a file, or stdin for `-`. Invalid UTF-8 is an error naming the byte offset.
+pub fn read_text(path: &str) -> Result<String> {
+    let bytes = if path == "-" {
+        let mut b = Vec::new();
+        std::io::stdin().read_to_end(&mut b).context("cannot read stdin")?;
+        b
+    } else {
+        std::fs::read(path).with_context(|| format!("cannot read {path}"))?
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!("{}: not valid UTF-8 text (invalid byte at offset {})", display_name(path), e.utf8_error().valid_up_to())
+    })
+}
+
+/// The name to show for a path in messages.
+pub fn display_name(path: &str) -> &str {
+    if path == "-" {
+        "<stdin>"
+    } else {
+        path
+    }
+}
+
+/// Parses every module in `text`; on failure returns the rendered diagnostic.
+pub fn parse(path: &str, text: &str) -> Result<Vec<(Module, SourceMap)>, String> {
+    tpusim_hlo::parse_modules_with_spans(text).map_err(|e| e.render(display_name(path), text))
+}
+
+/// Reads and parses one file, turning a parse failure into an error.
+pub fn load(path: &str) -> Result<Vec<(Module, SourceMap)>> {
+    let text = read_text(path)?;
+    parse(path, &text).map_err(|d| anyhow::anyhow!("{d}"))
+}

@@ -1,0 +1,36 @@
+//! Small helpers for human-readable output: byte sizes and tables.
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
+
+/// `1536` -> `1.5 KiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// A table with a header row, in the project's house style.
+pub fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic).set_header(header.to_vec());
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats_bytes() {
+        assert_eq!(super::bytes(12), "12 B");
+        assert_eq!(super::bytes(1536), "1.5 KiB");
+        assert_eq!(super::bytes(3 << 30), "3.0 GiB");
+    }
+}

@@ -1,0 +1,345 @@
+//! The HLO verifier: structural invariants of a module plus, for every
+//! instruction, required attributes and a check of its declared shape against
+//! shape inference (see [`crate::infer`]).
+//!
+//! It follows XLA's `HloVerifier` in its default, layout-insensitive mode, but
+//! is lenient where XLA itself changed over time, so that every real dump in
+//! `testdata/corpus` verifies.
+
+use rayon::prelude::*;
+use rustc_hash::FxHashSet;
+
+use crate::attr::AttrValue;
+use crate::infer::{check_shape, shape_text, shapes_compatible, InferError};
+use crate::ir::{CompId, InstrId, Instruction, Module};
+use crate::opcode::Opcode;
+use crate::shape::Shape;
+
+/// One problem found by [`verify`]. The message names the instruction (or the
+/// computation, for computation-level problems).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct VerifyError {
+    pub comp: CompId,
+    pub instr: Option<InstrId>,
+    pub message: String,
+}
+
+/// Verifies a module; returns every problem found.
+pub fn verify(m: &Module) -> Result<(), Vec<VerifyError>> {
+    let mut v = Verifier {
+        m,
+        errors: Vec::new(),
+    };
+    v.module();
+    if v.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(v.errors)
+    }
+}
+
+struct Verifier<'m> {
+    m: &'m Module,
+    errors: Vec<VerifyError>,
+}
+
+impl Verifier<'_> {
+    fn error(&mut self, comp: CompId, instr: Option<InstrId>, message: String) {
+        self.errors.push(VerifyError {
+            comp,
+            instr,
+            message,
+        });
+    }
+
+    fn instr_error(&mut self, id: InstrId, message: impl std::fmt::Display) {
+        let ins = self.m.instr(id);
+        let message = format!("{}: {message}", ins.name);
+        self.error(ins.parent, Some(id), message);
+    }
+
+    fn module(&mut self) {
+        if self.m.entry.index() >= self.m.comps.len() {
+            let msg = format!("module {} has no entry computation", self.m.name);
+            self.error(self.m.entry, None, msg);
+            return;
+        }
+        // Dangling ids would make later lookups (and called-computation
+        // signatures) index out of bounds, so nothing else is checked then.
+        let m = self.m;
+        let dangling = m.comp_ids().filter(|&c| !self.ids_in_range(c)).count();
+        if dangling > 0 {
+            return;
+        }
+        // Computations are checked independently, so large modules use every core;
+        // errors keep computation order.
+        let comps: Vec<CompId> = m.comp_ids().collect();
+        let per_chunk: Vec<Vec<VerifyError>> = comps
+            .par_chunks(64)
+            .map(|chunk| {
+                let mut v = Verifier { m, errors: Vec::new() };
+                chunk.iter().for_each(|&c| v.computation(c));
+                v.errors
+            })
+            .collect();
+        self.errors.extend(per_chunk.into_iter().flatten());
+        self.entry_layout();
+    }
+
+    /// `entry_computation_layout` must agree with the entry's parameters and
+    /// root, layouts aside.
+    fn entry_layout(&mut self) {
+        let Some((params, result)) = &self.m.config.entry_layout else {
+            return;
+        };
+        let entry = self.m.entry();
+        let shape_of = |i: InstrId| self.m.instrs.get(i.index()).map(|x| &x.shape);
+        let mut problems = Vec::new();
+        if params.len() != entry.params.len() {
+            problems.push(format!(
+                "entry_computation_layout has {} parameters but {} has {}",
+                params.len(),
+                entry.name,
+                entry.params.len()
+            ));
+        }
+        for (i, (want, &p)) in params.iter().zip(&entry.params).enumerate() {
+            if let Some(have) = shape_of(p).filter(|s| !shapes_compatible(want, s)) {
+                problems.push(format!(
+                    "entry_computation_layout parameter {i} is {} but the parameter is {}",
+                    shape_text(want),
+                    shape_text(have)
+                ));
+            }
+        }
+        if let Some(have) = shape_of(entry.root).filter(|s| !shapes_compatible(result, s)) {
+            problems.push(format!(
+                "entry_computation_layout result is {} but the root of {} is {}",
+                shape_text(result),
+                entry.name,
+                shape_text(have)
+            ));
+        }
+        for p in problems {
+            self.error(self.m.entry, None, p);
+        }
+    }
+
+    fn ids_in_range(&mut self, c: CompId) -> bool {
+        let comp = self.m.comp(c);
+        let bad = comp
+            .instrs
+            .iter()
+            .chain(&comp.params)
+            .chain([&comp.root])
+            .find(|i| i.index() >= self.m.instrs.len());
+        if let Some(bad) = bad {
+            let msg = format!(
+                "computation {} refers to a missing instruction {bad:?}",
+                comp.name
+            );
+            self.error(c, None, msg);
+        }
+        bad.is_none()
+    }
+
+    fn computation(&mut self, c: CompId) {
+        self.computation_shape(c);
+        let mut defined = FxHashSet::default();
+        for &id in &self.m.comp(c).instrs {
+            self.instruction(c, id, &defined);
+            defined.insert(id);
+        }
+    }
+
+    /// A ROOT among the instructions, parameters numbered 0..n, unique names.
+    fn computation_shape(&mut self, c: CompId) {
+        let comp = self.m.comp(c);
+        if !comp.instrs.contains(&comp.root) {
+            let msg = format!("computation {} has no ROOT instruction", comp.name);
+            self.error(c, None, msg);
+        }
+        for (i, &p) in comp.params.iter().enumerate() {
+            let ins = self.m.instr(p);
+            if ins.opcode != Opcode::Parameter || ins.parameter_number != Some(i as i64) {
+                let msg = format!(
+                    "computation {}: parameter slot {i} holds {} instead of parameter({i})",
+                    comp.name, ins.name
+                );
+                self.error(c, Some(p), msg);
+            }
+        }
+        let mut names = FxHashSet::default();
+        for &id in &comp.instrs {
+            let name = &self.m.instr(id).name;
+            if !names.insert(name.as_str()) {
+                let msg = format!(
+                    "{name}: the name is used twice in computation {}",
+                    comp.name
+                );
+                self.error(c, Some(id), msg);
+            }
+        }
+    }
+
+    fn instruction(&mut self, c: CompId, id: InstrId, defined: &FxHashSet<InstrId>) {
+        let ins = self.m.instr(id);
+        if ins.parent != c {
+            self.instr_error(
+                id,
+                format!("listed in {} but its parent differs", self.m.comp(c).name),
+            );
+            return;
+        }
+        let structural = self.operands_ok(id, defined)
+            & self.called_ok(id)
+            & self.arity_ok(ins, id)
+            & self.required_attrs_ok(ins, id);
+        if structural {
+            self.shape_ok(id);
+        }
+    }
+
+    /// Operands exist, live in the same computation and are defined earlier.
+    fn operands_ok(&mut self, id: InstrId, defined: &FxHashSet<InstrId>) -> bool {
+        let ins = self.m.instr(id);
+        let preds = match ins.attr("control-predecessors") {
+            Some(AttrValue::Instrs(v)) => v.as_slice(),
+            _ => &[],
+        };
+        let bad =
+            ins.operands.iter().chain(preds).find(|o| {
+                o.index() >= self.m.instrs.len() || self.m.instr(**o).parent != ins.parent
+            });
+        if let Some(&o) = bad {
+            self.instr_error(id, format!("operand {o:?} is not in the same computation"));
+            return false;
+        }
+        if let Some(o) = ins.operands.iter().find(|o| !defined.contains(o)) {
+            let name = &self.m.instr(*o).name;
+            self.instr_error(id, format!("operand {name} is used before it is defined"));
+            return false;
+        }
+        true
+    }
+
+    fn called_ok(&mut self, id: InstrId) -> bool {
+        let calls = self.m.instr(id).called_computations();
+        match calls.iter().find(|c| c.index() >= self.m.comps.len()) {
+            Some(c) => {
+                self.instr_error(id, format!("calls a missing computation {c:?}"));
+                false
+            }
+            None => true,
+        }
+    }
+
+    fn arity_ok(&mut self, ins: &Instruction, id: InstrId) -> bool {
+        let arity = ins.opcode.arity();
+        if arity.accepts(ins.operands.len()) {
+            return true;
+        }
+        self.instr_error(
+            id,
+            format!(
+                "{} takes {arity:?} operands but has {}",
+                ins.opcode,
+                ins.operands.len()
+            ),
+        );
+        false
+    }
+
+    fn required_attrs_ok(&mut self, ins: &Instruction, id: InstrId) -> bool {
+        let missing: Vec<&str> = required_attrs(ins)
+            .iter()
+            .copied()
+            .filter(|a| ins.attr(a).is_none())
+            .collect();
+        let conditional_ok = ins.opcode != Opcode::Conditional
+            || ins.attr("branch_computations").is_some()
+            || (ins.attr("true_computation").is_some() && ins.attr("false_computation").is_some());
+        if !conditional_ok {
+            self.instr_error(
+                id,
+                "conditional needs branch_computations= or true_computation= and false_computation=",
+            );
+        }
+        if !missing.is_empty() {
+            self.instr_error(
+                id,
+                format!(
+                    "{} is missing required attribute(s) {}",
+                    ins.opcode,
+                    missing.join(", ")
+                ),
+            );
+        }
+        missing.is_empty() && conditional_ok
+    }
+
+    fn shape_ok(&mut self, id: InstrId) {
+        let ins = self.m.instr(id);
+        let operands: Vec<&Shape> = ins
+            .operands
+            .iter()
+            .map(|&o| &self.m.instr(o).shape)
+            .collect();
+        let sigs = self.m.signatures();
+        match check_shape(ins.opcode, &operands, &ins.attrs, &sigs, &ins.shape) {
+            Ok(()) => {}
+            Err(InferError::Invalid(msg)) => self.instr_error(id, msg),
+            Err(e @ InferError::NotInferable(_)) => self.instr_error(id, e),
+        }
+    }
+}
+
+/// Attributes an opcode cannot do without (HLO_GRAMMAR §5 "req"). Conditional's
+/// alternatives and broadcast's scalar exemption are checked elsewhere.
+fn required_attrs(ins: &Instruction) -> &'static [&'static str] {
+    use Opcode::*;
+    match ins.opcode {
+        Compare => &["direction"],
+        ReducePrecision => &["exponent_bits", "mantissa_bits"],
+        Map | Call | ReduceWindow | AllReduce | AllReduceStart => &["to_apply"],
+        Iota => &["iota_dimension"],
+        Transpose | Reverse | Concatenate | GetDimensionSize | SetDimensionSize | AllGather
+        | AllGatherStart => &["dimensions"],
+        Slice => &["slice"],
+        DynamicSlice => &["dynamic_slice_sizes"],
+        Pad => &["padding"],
+        GetTupleElement => &["index"],
+        Reduce | Sort | ReduceScatter => &["dimensions", "to_apply"],
+        SelectAndScatter => &["select", "scatter"],
+        Convolution => &["dim_labels"],
+        Fft => &["fft_type", "fft_length"],
+        TopK => &["k"],
+        Gather => &[
+            "offset_dims",
+            "collapsed_slice_dims",
+            "start_index_map",
+            "index_vector_dim",
+            "slice_sizes",
+        ],
+        Scatter => &[
+            "update_window_dims",
+            "inserted_window_dims",
+            "scatter_dims_to_operand_dims",
+            "index_vector_dim",
+            "to_apply",
+        ],
+        BatchNormTraining | BatchNormInference | BatchNormGrad => &["epsilon", "feature_index"],
+        While => &["condition", "body"],
+        Fusion => &["kind", "calls"],
+        CustomCall => &["custom_call_target"],
+        AsyncStart => &["calls"],
+        Domain => &["domain"],
+        Rng => &["distribution"],
+        RngBitGenerator => &["algorithm"],
+        RngGetAndUpdateState => &["delta"],
+        CollectivePermute | CollectivePermuteStart => &["source_target_pairs"],
+        Scan => &["to_apply", "dimensions", "num_carries"],
+        _ => &[],
+    }
+}
