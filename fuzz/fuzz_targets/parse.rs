@@ -1,6 +1,6 @@
-//! Fuzz target: the HLO parser must never panic or hang on any bytes, and
-//! whatever it accepts must print to text that parses again and prints
-//! identically (print is a fixpoint).
+//! Fuzz target: the HLO parser must never panic or hang on any bytes, its
+//! errors must render, and whatever it accepts must print to text that parses
+//! again and prints identically (print is a fixpoint).
 //!
 //! Run with `cargo +nightly fuzz run parse` from the repository root
 //! (seed it with small files from testdata/corpus, see fuzz/README.md).
@@ -11,8 +11,15 @@ use libfuzzer_sys::fuzz_target;
 use tpusim_hlo::{parse_module, parse_modules, print_module};
 
 fn check(text: &str) {
-    let Ok(modules) = parse_modules(text) else {
-        return;
+    let modules = match parse_modules(text) {
+        Ok(m) => m,
+        Err(e) => {
+            // Errors point into the source and render without panicking.
+            assert!(e.offset <= text.len(), "offset {} past the end", e.offset);
+            let rendered = e.render("fuzz.hlo", text);
+            assert!(rendered.contains("fuzz.hlo:"), "{rendered}");
+            return;
+        }
     };
     for m in &modules {
         let printed = print_module(m);

@@ -16,7 +16,10 @@ pub fn run(args: &Args) -> Result<bool> {
     for path in &args.files {
         // A panic is a bug, but it must not escape as exit code 101.
         let ok = std::panic::catch_unwind(|| check_file(path)).unwrap_or_else(|_| {
-            eprintln!("error: {}: internal error while checking (this is a tpusim bug)", input::display_name(path));
+            eprintln!(
+                "error: {}: internal error while checking (this is a tpusim bug)",
+                input::display_name(path)
+            );
             false
         });
         all_ok &= ok;
@@ -51,16 +54,37 @@ fn check_file(path: &str) -> bool {
 fn report_module(path: &str, text: &str, m: &Module, spans: &SourceMap) -> bool {
     match tpusim_hlo::verifier::verify(m) {
         Ok(()) => {
-            let name = if m.name.is_empty() { "<unnamed>" } else { &m.name };
-            println!("ok {name} ({} computations, {} instructions)", m.visible_computation_count(), m.visible_instruction_count());
+            let name = if m.name.is_empty() {
+                "<unnamed>"
+            } else {
+                &m.name
+            };
+            println!(
+                "ok {name} ({} computations, {} instructions)",
+                m.visible_computation_count(),
+                m.visible_instruction_count()
+            );
             true
         }
         Err(errors) => {
             for e in &errors {
-                let offset = e.instr.map_or_else(|| spans.comp_offsets.get(e.comp.index()).copied().unwrap_or(0), |i| spans.instr_offsets.get(i.index()).copied().unwrap_or(0));
+                let offset = e.instr.map_or_else(
+                    || spans.comp_offsets.get(e.comp.index()).copied().unwrap_or(0),
+                    |i| spans.instr_offsets.get(i.index()).copied().unwrap_or(0),
+                );
                 let sigil = usize::from(text.get(offset..).is_some_and(|t| t.starts_with('%')));
                 let name_len = e.instr.map_or(1, |i| m.instr(i).name.len() + sigil);
-                eprintln!("{}", tpusim_hlo::error::render_diagnostic(input::display_name(path), text, offset, name_len, &e.message, None));
+                eprintln!(
+                    "{}",
+                    tpusim_hlo::error::render_diagnostic(
+                        input::display_name(path),
+                        text,
+                        offset,
+                        name_len,
+                        &e.message,
+                        None
+                    )
+                );
             }
             false
         }

@@ -7,7 +7,8 @@ use anyhow::{bail, Result};
 use tpusim_hlo::summary::summarize;
 
 /// A real module: `jax.jit(train_step).lower(...)` of a small transformer (jax 0.10.2).
-const DEMO_HLO: &str = include_str!("../../../testdata/corpus/jax_generated/transformer_train_step.lowered.hlo");
+const DEMO_HLO: &str =
+    include_str!("../../../testdata/corpus/jax_generated/transformer_train_step.lowered.hlo");
 const DEMO_NAME: &str = "transformer_train_step.lowered.hlo";
 
 #[derive(clap::Args)]
@@ -26,14 +27,32 @@ pub fn run(args: &Args) -> Result<bool> {
         bail!("embedded module failed verification: {}", errors[0].message);
     }
     let s = summarize(&m, args.top);
-    println!("tpusim demo — {DEMO_NAME} (a real JAX transformer train step, before XLA optimization)\n");
-    println!("module {}: {} computations, {} instructions, verified ok", s.name, s.computations, s.instructions);
-    println!("inputs  {} in {} parameters", bytes(s.parameter_bytes()), s.parameters.len());
-    println!("outputs {} in {} arrays\n", bytes(s.output_bytes()), s.outputs.len());
+    println!(
+        "tpusim demo — {DEMO_NAME} (a real JAX transformer train step, before XLA optimization)\n"
+    );
+    println!(
+        "module {}: {} computations, {} instructions, verified ok",
+        s.name, s.computations, s.instructions
+    );
+    println!(
+        "inputs  {} in {} parameters",
+        bytes(s.parameter_bytes()),
+        s.parameters.len()
+    );
+    println!(
+        "outputs {} in {} arrays\n",
+        bytes(s.output_bytes()),
+        s.outputs.len()
+    );
 
     let mut t = table(&["#", "parameter", "shape", "bytes"]);
     for (i, p) in s.parameters.iter().enumerate() {
-        t.add_row(vec![i.to_string(), p.name.clone(), p.shape.without_layouts().to_string(), bytes(p.bytes)]);
+        t.add_row(vec![
+            i.to_string(),
+            p.name.clone(),
+            p.shape.without_layouts().to_string(),
+            bytes(p.bytes),
+        ]);
     }
     println!("{t}\n");
 
@@ -42,13 +61,22 @@ pub fn run(args: &Args) -> Result<bool> {
         t.add_row(vec![op.clone(), n.to_string()]);
     }
     if s.op_histogram.len() > 15 {
-        t.add_row(vec![format!("… {} more opcodes", s.op_histogram.len() - 15), String::new()]);
+        t.add_row(vec![
+            format!("… {} more opcodes", s.op_histogram.len() - 15),
+            String::new(),
+        ]);
     }
     println!("op histogram\n{t}\n");
 
     let mut t = table(&["largest tensors", "opcode", "computation", "shape", "bytes"]);
     for x in &s.largest {
-        t.add_row(vec![x.name.clone(), x.opcode.clone(), x.computation.clone(), x.shape.without_layouts().to_string(), bytes(x.bytes)]);
+        t.add_row(vec![
+            x.name.clone(),
+            x.opcode.clone(),
+            x.computation.clone(),
+            x.shape.without_layouts().to_string(),
+            bytes(x.bytes),
+        ]);
     }
     println!("{t}");
     Ok(true)

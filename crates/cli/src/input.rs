@@ -8,13 +8,19 @@ use tpusim_hlo::{Module, SourceMap};
 pub fn read_text(path: &str) -> Result<String> {
     let bytes = if path == "-" {
         let mut b = Vec::new();
-        std::io::stdin().read_to_end(&mut b).context("cannot read stdin")?;
+        std::io::stdin()
+            .read_to_end(&mut b)
+            .context("cannot read stdin")?;
         b
     } else {
         std::fs::read(path).with_context(|| format!("cannot read {path}"))?
     };
     String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!("{}: not valid UTF-8 text (invalid byte at offset {})", display_name(path), e.utf8_error().valid_up_to())
+        anyhow::anyhow!(
+            "{}: not valid UTF-8 text (invalid byte at offset {})",
+            display_name(path),
+            e.utf8_error().valid_up_to()
+        )
     })
 }
 

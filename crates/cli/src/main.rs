@@ -17,7 +17,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "tpusim", version, about = "TPU system simulator: reads, checks and simulates XLA HLO programs")]
+#[command(
+    name = "tpusim",
+    version,
+    about = "TPU system simulator: reads, checks and simulates XLA HLO programs"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -39,7 +43,11 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             // Help and version are successes; usage errors are errors (exit 1, not clap's 2).
-            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     let result = match cli.cmd {

@@ -11,12 +11,15 @@ const FILES: &[&str] = &[
 ];
 
 fn load(name: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus/xla").join(name);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/corpus/xla")
+        .join(name);
     std::fs::read_to_string(p).expect("corpus file")
 }
 
 fn short(name: &str) -> &str {
-    name.trim_start_matches("zml__xla__xla__tools__").trim_end_matches(".hlo")
+    name.trim_start_matches("zml__xla__xla__tools__")
+        .trim_end_matches(".hlo")
 }
 
 fn bench_parse(c: &mut Criterion) {
@@ -25,7 +28,9 @@ fn bench_parse(c: &mut Criterion) {
     for name in FILES {
         let text = load(name);
         g.throughput(Throughput::Bytes(text.len() as u64));
-        g.bench_function(short(name), |b| b.iter(|| tpusim_hlo::parse_module(&text).unwrap()));
+        g.bench_function(short(name), |b| {
+            b.iter(|| tpusim_hlo::parse_module(&text).unwrap())
+        });
     }
     g.finish();
 }

@@ -121,14 +121,23 @@ pub struct Computation {
     pub is_async_sugar: bool,
 }
 
+/// One entry of `input_output_alias={ {0}: (1, {}, may-alias) }`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IoAlias {
+    pub output_index: Vec<i64>,
+    pub parameter: i64,
+    pub parameter_index: Vec<i64>,
+    /// `may-alias` / `must-alias`, as written (absent in older text).
+    pub kind: Option<String>,
+}
+
 /// Module-level attributes from the `HloModule` header.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ModuleConfig {
     pub is_scheduled: Option<bool>,
     /// `entry_computation_layout={(params)->result}`.
     pub entry_layout: Option<(Vec<Shape>, Shape)>,
-    /// (output index, parameter number, parameter index, kind) — kind as written.
-    pub input_output_alias: Vec<(Vec<i64>, i64, Vec<i64>, Option<String>)>,
+    pub input_output_alias: Vec<IoAlias>,
     pub buffer_donor: Vec<(i64, Vec<i64>)>,
     pub has_buffer_donor: bool,
     pub has_input_output_alias: bool,

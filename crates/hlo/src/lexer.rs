@@ -172,7 +172,7 @@ impl<'a> Lexer<'a> {
                 b' ' | b'\t' | b'\n' | b'\r' => self.pos += 1,
                 b'/' if self.peek_byte(1) == b'*' => match find(&self.src[self.pos + 2..], b"*/") {
                     Some(i) => self.pos += 2 + i + 2,
-                    None => return Err("unterminated /* comment".into()),
+                    None => return Err("unterminated /* comment"),
                 },
                 b'/' if self.peek_byte(1) == b'/' => {
                     match self.src[self.pos..].iter().position(|&c| c == b'\n') {
@@ -339,11 +339,22 @@ impl<'a> Lexer<'a> {
         // common token starting with a digit.
         let digits_start = start + usize::from(s.get(start) == Some(&b'-'));
         let end = digits(s, digits_start);
-        if end > digits_start && end - digits_start < 19 && !s.get(end).is_some_and(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'?')) {
+        if end > digits_start
+            && end - digits_start < 19
+            && !s
+                .get(end)
+                .is_some_and(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'?'))
+        {
             self.pos = end;
             // At most 18 digits: cannot overflow.
-            let magnitude = s[digits_start..end].iter().fold(0i64, |acc, &d| acc * 10 + i64::from(d - b'0'));
-            return Some(Tok::Int(if digits_start > start { -magnitude } else { magnitude }));
+            let magnitude = s[digits_start..end]
+                .iter()
+                .fold(0i64, |acc, &d| acc * 10 + i64::from(d - b'0'));
+            return Some(Tok::Int(if digits_start > start {
+                -magnitude
+            } else {
+                magnitude
+            }));
         }
         if let Some(end) = match_decimal(s, start) {
             self.pos = end;
@@ -394,7 +405,10 @@ impl<'a> Lexer<'a> {
                 b'"' => {
                     self.pos = i + 1;
                     let raw = &self.text[start..i];
-                    return Tok::Str(RawStr { raw, has_escapes: has_escape });
+                    return Tok::Str(RawStr {
+                        raw,
+                        has_escapes: has_escape,
+                    });
                 }
                 b'\\' => {
                     has_escape = true;
@@ -432,15 +446,15 @@ impl<'a> Lexer<'a> {
                         i += 1;
                     }
                 }
-                0 => return Err("NUL byte in input".into()),
+                0 => return Err("NUL byte in input"),
                 _ => {}
             }
             if i - start > max_len {
-                return Err("bracketed value is too long".into());
+                return Err("bracketed value is too long");
             }
             i += 1;
         }
-        Err("unbalanced brackets: missing closing bracket".into())
+        Err("unbalanced brackets: missing closing bracket")
     }
 }
 
@@ -615,7 +629,15 @@ pub fn unescape_c(raw: &str) -> Result<String, String> {
                 }
                 out.push(v as u8);
             }
-            other => return Err(format!("unknown escape '\\{}' in string", other as char)),
+            other if other.is_ascii_graphic() => {
+                return Err(format!("unknown escape '\\{}' in string", other as char))
+            }
+            // Keep control bytes and partial UTF-8 out of the message.
+            other => {
+                return Err(format!(
+                    "unknown escape in string: '\\' followed by byte 0x{other:02x}"
+                ))
+            }
         }
     }
     String::from_utf8(out).map_err(|_| "string is not valid UTF-8 after unescaping".into())
@@ -708,7 +730,10 @@ mod tests {
     fn strings_unescape() {
         assert_eq!(
             toks(r#""a\"b\n""#),
-            vec![Tok::Str(RawStr { raw: "a\\\"b\\n", has_escapes: true })]
+            vec![Tok::Str(RawStr {
+                raw: "a\\\"b\\n",
+                has_escapes: true
+            })]
         );
         assert!(matches!(toks("\"abc")[0], Tok::Error(_)));
     }

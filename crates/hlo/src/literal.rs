@@ -30,13 +30,18 @@ pub enum LiteralData {
 
 impl PartialEq for LiteralData {
     fn eq(&self, other: &Self) -> bool {
-        let bits = |a: &[f64], b: &[f64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        let bits = |a: &[f64], b: &[f64]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+        };
         match (self, other) {
             (LiteralData::Pred(a), LiteralData::Pred(b)) => a == b,
             (LiteralData::Int(a), LiteralData::Int(b)) => a == b,
             (LiteralData::Float(a), LiteralData::Float(b)) => bits(a, b),
             (LiteralData::Complex(a), LiteralData::Complex(b)) => {
-                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0.to_bits() == y.0.to_bits() && x.1.to_bits() == y.1.to_bits())
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(x, y)| {
+                        x.0.to_bits() == y.0.to_bits() && x.1.to_bits() == y.1.to_bits()
+                    })
             }
             (LiteralData::Token, LiteralData::Token) => true,
             _ => false,

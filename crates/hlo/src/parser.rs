@@ -14,6 +14,8 @@ use crate::shape::{ArrayShape, Layout, Shape, COMBINE_DIM, UNBOUNDED_DIM};
 use crate::types::{PrimitiveType, TypeKind};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+mod parallel;
+
 /// Deepest nesting of shapes, literals, operands or attribute values accepted.
 pub const MAX_DEPTH: usize = 256;
 /// Largest byte size of one array shape accepted (XLA: must fit in int64).
@@ -55,6 +57,9 @@ pub fn parse_modules(text: &str) -> PResult<Vec<Module>> {
 
 /// Like [`parse_modules`], also returning each module's [`SourceMap`].
 pub fn parse_modules_with_spans(text: &str) -> PResult<Vec<(Module, SourceMap)>> {
+    if let Some(parsed) = parallel::try_parse(text) {
+        return Ok(parsed);
+    }
     let mut p = Parser::new(text);
     let mut out = Vec::new();
     loop {
@@ -84,6 +89,21 @@ struct Parser<'a> {
     spans: SourceMap,
     /// Start of the instruction being parsed, for the source map.
     cur_instr_start: usize,
+    /// The computation being parsed.
+    cur_comp: CompId,
+    /// Parallel mode: references to computations this parser has not seen are
+    /// recorded in `pending` (and resolved later) instead of being errors.
+    deferred: bool,
+    pending: Vec<(&'a str, CompId)>,
+}
+
+/// The module header and stack-frame section, parsed before the computations.
+struct Prelude<'a> {
+    name: String,
+    config: ModuleConfig,
+    stack_frames: Option<StackFrameIndex>,
+    /// The `entry_computation_layout=` token, to point errors at.
+    layout_at: Token<'a>,
 }
 
 /// How an attribute's value is written, decided by its name.
@@ -312,7 +332,13 @@ fn normalize_enum(name: &str, v: &str) -> String {
 
 impl<'a> Parser<'a> {
     fn new(text: &'a str) -> Parser<'a> {
-        let mut lex = Lexer::new(text);
+        Parser::new_range(text, 0, text.len())
+    }
+
+    /// A parser over `text[start..end]` that reports offsets into the whole `text`.
+    fn new_range(text: &'a str, start: usize, end: usize) -> Parser<'a> {
+        let mut lex = Lexer::new(&text[..end]);
+        lex.reset_to(start);
         let tok = lex.next_token();
         Parser {
             lex,
@@ -320,12 +346,15 @@ impl<'a> Parser<'a> {
             depth: 0,
             comps: Vec::new(),
             // About one instruction per 80 bytes of real HLO; avoids regrowing the arena.
-            instrs: Vec::with_capacity(text.len() / 80),
+            instrs: Vec::with_capacity((end - start) / 80),
             comp_names: FxHashMap::default(),
             scope: FxHashMap::default(),
             anon_counts: FxHashMap::default(),
             spans: SourceMap::default(),
             cur_instr_start: 0,
+            cur_comp: CompId(0),
+            deferred: false,
+            pending: Vec::new(),
         }
     }
 
@@ -358,9 +387,17 @@ impl<'a> Parser<'a> {
         let src = self.lex.source();
         let ch = src.get(self.tok.start..).and_then(|t| t.chars().next());
         match (e, ch) {
-            ("unexpected character", Some(c)) => self
-                .err_at(&self.tok, format!("unexpected character '{}'", c.escape_debug()))
-                .with_hint("HLO text uses only ASCII outside strings and comments"),
+            ("unexpected character", Some(c)) => {
+                let e = self.err_at(
+                    &self.tok,
+                    format!("unexpected character '{}'", c.escape_debug()),
+                );
+                if c.is_ascii() {
+                    e
+                } else {
+                    e.with_hint("HLO text uses only ASCII outside strings and comments")
+                }
+            }
             _ => self.err_at(&self.tok, e),
         }
     }
@@ -650,7 +687,12 @@ impl<'a> Parser<'a> {
     /// After a shape, `{` starts a layout only if the next token is an int or `:`.
     fn layout_follows(&mut self) -> bool {
         // Cheap byte-level look: `{` then a digit, `:` or `}` (no comment between).
-        let rest = self.lex.source().as_bytes().get(self.lex.pos()..).unwrap_or(&[]);
+        let rest = self
+            .lex
+            .source()
+            .as_bytes()
+            .get(self.lex.pos()..)
+            .unwrap_or(&[]);
         if let Some(&b) = rest.iter().find(|b| !b.is_ascii_whitespace()) {
             if b.is_ascii_digit() || b == b':' || b == b'}' {
                 return true;
@@ -705,7 +747,8 @@ impl<'a> Parser<'a> {
             match self.tok.tok {
                 Tok::Ident("D") => {
                     self.bump();
-                    l.attrs.get_or_insert_with(Default::default).dim_level_types = Some(self.dim_level_types()?);
+                    l.attrs.get_or_insert_with(Default::default).dim_level_types =
+                        Some(self.dim_level_types()?);
                 }
                 Tok::Ident("T") => {
                     self.bump();
@@ -726,12 +769,33 @@ impl<'a> Parser<'a> {
                         l.tiles.push(tile);
                     }
                 }
-                Tok::Ident("L") => l.attrs.get_or_insert_with(Default::default).tail_padding_alignment = Some(self.layout_int_part()?),
-                Tok::Hash => l.attrs.get_or_insert_with(Default::default).index_type = Some(self.layout_type_part()?),
-                Tok::Star => l.attrs.get_or_insert_with(Default::default).pointer_type = Some(self.layout_type_part()?),
-                Tok::Ident("E") => l.attrs.get_or_insert_with(Default::default).element_size_bits = Some(self.layout_int_part()?),
-                Tok::Ident("S") => l.attrs.get_or_insert_with(Default::default).memory_space = Some(self.layout_int_part()?),
-                Tok::Ident("M") => l.attrs.get_or_insert_with(Default::default).dynamic_metadata_prefix_bytes = Some(self.layout_int_part()?),
+                Tok::Ident("L") => {
+                    l.attrs
+                        .get_or_insert_with(Default::default)
+                        .tail_padding_alignment = Some(self.layout_int_part()?)
+                }
+                Tok::Hash => {
+                    l.attrs.get_or_insert_with(Default::default).index_type =
+                        Some(self.layout_type_part()?)
+                }
+                Tok::Star => {
+                    l.attrs.get_or_insert_with(Default::default).pointer_type =
+                        Some(self.layout_type_part()?)
+                }
+                Tok::Ident("E") => {
+                    l.attrs
+                        .get_or_insert_with(Default::default)
+                        .element_size_bits = Some(self.layout_int_part()?)
+                }
+                Tok::Ident("S") => {
+                    l.attrs.get_or_insert_with(Default::default).memory_space =
+                        Some(self.layout_int_part()?)
+                }
+                Tok::Ident("M") => {
+                    l.attrs
+                        .get_or_insert_with(Default::default)
+                        .dynamic_metadata_prefix_bytes = Some(self.layout_int_part()?)
+                }
                 Tok::Ident("SC") => {
                     self.bump();
                     while self.eat(Tok::LParen) {
@@ -739,7 +803,10 @@ impl<'a> Parser<'a> {
                         self.expect(Tok::Colon, "':' in split config")?;
                         let idx = self.int_list_until(Tok::RParen)?;
                         self.expect(Tok::RParen, "')'")?;
-                        l.attrs.get_or_insert_with(Default::default).split_configs.push((dim, idx));
+                        l.attrs
+                            .get_or_insert_with(Default::default)
+                            .split_configs
+                            .push((dim, idx));
                     }
                 }
                 Tok::Ident("P") => {
@@ -747,7 +814,8 @@ impl<'a> Parser<'a> {
                     self.expect(Tok::LParen, "'('")?;
                     // With the shape's own level, a physical shape counts as 4.
                     self.enter_weighted(3)?;
-                    l.attrs.get_or_insert_with(Default::default).physical_shape = Some(Box::new(self.shape()?));
+                    l.attrs.get_or_insert_with(Default::default).physical_shape =
+                        Some(Box::new(self.shape()?));
                     self.leave_weighted(3);
                     self.expect(Tok::RParen, "')'")?;
                 }
@@ -808,6 +876,25 @@ impl<'a> Parser<'a> {
     }
 
     fn module(&mut self) -> PResult<Module> {
+        let prelude = self.prelude()?;
+        let mut entry = None;
+        while !matches!(self.tok.tok, Tok::Eof) && !self.is_ident("HloModule") {
+            let comp_start = self.tok;
+            let (id, is_entry) = self.computation()?;
+            if is_entry {
+                if entry.is_some() {
+                    return Err(self
+                        .err_at(&comp_start, "more than one ENTRY computation")
+                        .with_hint("a module has exactly one ENTRY computation"));
+                }
+                entry = Some(id);
+            }
+        }
+        self.finish(prelude, entry)
+    }
+
+    /// The `HloModule` header and the stack-frame section.
+    fn prelude(&mut self) -> PResult<Prelude<'a>> {
         self.spans = SourceMap::default();
         self.comps.clear();
         self.instrs.clear();
@@ -835,19 +922,22 @@ impl<'a> Parser<'a> {
         } else {
             None
         };
-        let mut entry = None;
-        while !matches!(self.tok.tok, Tok::Eof) && !self.is_ident("HloModule") {
-            let comp_start = self.tok;
-            let (id, is_entry) = self.computation()?;
-            if is_entry {
-                if entry.is_some() {
-                    return Err(self
-                        .err_at(&comp_start, "more than one ENTRY computation")
-                        .with_hint("a module has exactly one ENTRY computation"));
-                }
-                entry = Some(id);
-            }
-        }
+        Ok(Prelude {
+            name,
+            config,
+            stack_frames,
+            layout_at,
+        })
+    }
+
+    /// Checks the whole module and builds it from the parsed computations.
+    fn finish(&mut self, prelude: Prelude<'a>, entry: Option<CompId>) -> PResult<Module> {
+        let Prelude {
+            mut name,
+            config,
+            stack_frames,
+            layout_at,
+        } = prelude;
         let Some(entry) = entry.or_else(|| self.last_visible_comp()) else {
             return Err(self
                 .err_here("the module has no computations")
@@ -963,7 +1053,12 @@ impl<'a> Parser<'a> {
                         None
                     };
                     self.expect(Tok::RParen, "')'")?;
-                    c.input_output_alias.push((out_idx, param, param_idx, kind));
+                    c.input_output_alias.push(IoAlias {
+                        output_index: out_idx,
+                        parameter: param,
+                        parameter_index: param_idx,
+                        kind,
+                    });
                     if !self.eat(Tok::Comma) {
                         break;
                     }
@@ -998,7 +1093,7 @@ impl<'a> Parser<'a> {
     }
 
     fn positive_int(&mut self, what: &str) -> PResult<i64> {
-        let t = self.tok.clone();
+        let t = self.tok;
         let v = self.int()?;
         if v < 1 {
             return Err(self.err_at(&t, format!("{what} must be at least 1")));
@@ -1078,7 +1173,7 @@ impl<'a> Parser<'a> {
 
     fn computation(&mut self) -> PResult<(CompId, bool)> {
         let is_entry = self.eat(Tok::Ident("ENTRY"));
-        let name_tok = self.tok.clone();
+        let name_tok = self.tok;
         let name = match self.tok.tok {
             Tok::Name(_) | Tok::Ident(_) => self.name()?,
             _ => return Err(self.expected("a computation name")),
@@ -1093,6 +1188,7 @@ impl<'a> Parser<'a> {
         };
         let open = self.expect(Tok::LBrace, "'{' to open the computation body")?;
         let id = CompId(self.comps.len() as u32);
+        self.cur_comp = id;
         self.push_comp_offset(name_tok.start);
         self.comps.push(Computation {
             name: name.to_string(),
@@ -1116,7 +1212,7 @@ impl<'a> Parser<'a> {
                     )));
             }
             let is_root = self.eat(Tok::Ident("ROOT"));
-            let start = self.tok.clone();
+            let start = self.tok;
             let iid = self.instruction(id, &mut instrs)?;
             if is_root {
                 if root.is_some() {
@@ -1237,7 +1333,7 @@ impl<'a> Parser<'a> {
     // ----- instructions --------------------------------------------------------
 
     fn instruction(&mut self, comp: CompId, order: &mut Vec<InstrId>) -> PResult<InstrId> {
-        let name_tok = self.tok.clone();
+        let name_tok = self.tok;
         self.cur_instr_start = name_tok.start;
         let name = match self.tok.tok {
             Tok::AttrName(n) => {
@@ -1461,6 +1557,15 @@ impl<'a> Parser<'a> {
         if sugar.is_some() {
             return Err(self.missing_shape(op_tok, name));
         }
+        let calls_pending = attrs.iter().any(|a| match &a.value {
+            AttrValue::Comp(c) => c.0 >= parallel::PENDING_BASE,
+            AttrValue::Comps(cs) => cs.iter().any(|c| c.0 >= parallel::PENDING_BASE),
+            _ => false,
+        });
+        if calls_pending {
+            // Parallel mode cannot see the callee's signature; the sequential parser will.
+            return Err(self.err_at(op_tok, "shape depends on a computation in another piece"));
+        }
         let shapes: Vec<&Shape> = operands
             .iter()
             .map(|o| &self.instrs[o.index()].shape)
@@ -1563,11 +1668,11 @@ impl<'a> Parser<'a> {
 
     fn operand(&mut self, comp: CompId, order: &mut Vec<InstrId>) -> PResult<InstrId> {
         let written = if self.at_shape_start() {
-            Some((self.tok.clone(), self.shape()?))
+            Some((self.tok, self.shape()?))
         } else {
             None
         };
-        let t = self.tok.clone();
+        let t = self.tok;
         let id = match t.tok {
             Tok::Name(n) => {
                 self.bump();
@@ -1725,7 +1830,7 @@ impl<'a> Parser<'a> {
                 self.expect(Tok::LBrace, "'{'")?;
                 let mut v = Vec::new();
                 while !matches!(self.tok.tok, Tok::RBrace) {
-                    let t = self.tok.clone();
+                    let t = self.tok;
                     let n = self.name()?;
                     v.push(self.lookup(n, &t)?);
                     if !self.eat(Tok::Comma) {
@@ -1853,13 +1958,20 @@ impl<'a> Parser<'a> {
     }
 
     fn comp_ref(&mut self) -> PResult<CompId> {
-        let t = self.tok.clone();
+        let t = self.tok;
         if t.tok == Tok::LBrace {
             return Err(self
                 .err_at(&t, "inline computations are not supported")
                 .with_hint("define the computation separately and refer to it by name"));
         }
         let n = self.name()?;
+        if self.deferred && !self.comp_names.contains_key(n) {
+            // Another piece of the text defines it (or nobody does: checked when stitching).
+            self.pending.push((n, self.cur_comp));
+            return Ok(CompId(
+                parallel::PENDING_BASE + self.pending.len() as u32 - 1,
+            ));
+        }
         self.comp_names.get(n).copied().ok_or_else(|| {
             self.err_at(&t, format!("unknown computation '{n}'"))
                 .with_hint("computations must be defined before the instructions that call them")
@@ -2017,7 +2129,7 @@ impl<'a> Parser<'a> {
         let mut kind = None;
         let mut maximal = false;
         loop {
-            let t = self.tok.clone();
+            let t = self.tok;
             match t.tok {
                 Tok::RBrace => {
                     self.bump();
@@ -2180,7 +2292,7 @@ impl<'a> Parser<'a> {
         }
         if matches!(self.tok.tok, Tok::LBracket) {
             let gs = self.int_list_bracketed()?;
-            let t = self.tok.clone();
+            let t = self.tok;
             if gs.len() != 2 {
                 return Err(self.err_at(&t, "iota replica groups need [groups,size]"));
             }
@@ -2445,7 +2557,7 @@ impl<'a> Parser<'a> {
     }
 
     fn scalar_into(&mut self, ty: PrimitiveType, data: &mut LiteralData) -> PResult<()> {
-        let t = self.tok.clone();
+        let t = self.tok;
         match data {
             LiteralData::Pred(v) => {
                 let b = match t.tok {
@@ -2494,7 +2606,9 @@ impl<'a> Parser<'a> {
 fn same_token(a: &Tok, b: &Tok) -> bool {
     std::mem::discriminant(a) == std::mem::discriminant(b)
         && match (a, b) {
-            (Tok::Ident(x), Tok::Ident(y)) | (Tok::AttrName(x), Tok::AttrName(y)) | (Tok::Name(x), Tok::Name(y)) => x == y,
+            (Tok::Ident(x), Tok::Ident(y))
+            | (Tok::AttrName(x), Tok::AttrName(y))
+            | (Tok::Name(x), Tok::Name(y)) => x == y,
             _ => a == b,
         }
 }

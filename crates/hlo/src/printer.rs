@@ -31,7 +31,7 @@ pub fn print_module(m: &Module) -> String {
 fn write_header(out: &mut String, m: &Module) {
     let c = &m.config;
     out.push_str("HloModule ");
-    out.push_str(&m.name);
+    write_bare_name(out, &m.name);
     if let Some(b) = c.is_scheduled {
         let _ = write!(out, ", is_scheduled={b}");
     }
@@ -49,14 +49,14 @@ fn write_header(out: &mut String, m: &Module) {
     }
     if c.has_input_output_alias {
         out.push_str(", input_output_alias={ ");
-        for (i, (o, p, pi, kind)) in c.input_output_alias.iter().enumerate() {
+        for (i, a) in c.input_output_alias.iter().enumerate() {
             if i > 0 {
                 out.push_str(", ");
             }
-            write_brace_ints(out, o);
-            let _ = write!(out, ": ({p}, ");
-            write_brace_ints(out, pi);
-            if let Some(k) = kind {
+            write_brace_ints(out, &a.output_index);
+            let _ = write!(out, ": ({}, ", a.parameter);
+            write_brace_ints(out, &a.parameter_index);
+            if let Some(k) = &a.kind {
                 let _ = write!(out, ", {k}");
             }
             out.push(')');
@@ -134,6 +134,21 @@ fn write_stack_frames(out: &mut String, sf: &StackFrameIndex) {
     out.push('\n');
 }
 
+/// Writes a name that XLA prints without `%` (the module name, parameter names
+/// in program shapes), adding the `%` where the bare word would not read back
+/// as the same name: `%0`, `%-x` or a keyword such as `%ENTRY`.
+fn write_bare_name(out: &mut String, name: &str) {
+    let plain = name
+        .bytes()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && !matches!(name, "ENTRY" | "ROOT" | "nan");
+    if !plain {
+        out.push('%');
+    }
+    out.push_str(name);
+}
+
 fn write_computation(out: &mut String, m: &Module, id: CompId) {
     let c = m.comp(id);
     if c.is_entry {
@@ -147,7 +162,7 @@ fn write_computation(out: &mut String, m: &Module, id: CompId) {
             out.push_str(", ");
         }
         let pi = m.instr(p);
-        out.push_str(&pi.name);
+        write_bare_name(out, &pi.name);
         out.push_str(": ");
         write_shape(out, &pi.shape, false);
     }

@@ -70,12 +70,18 @@ impl Layout {
 
     /// `S(n)`: the memory space (0, the default, when absent).
     pub fn memory_space(&self) -> i64 {
-        self.attrs.as_ref().and_then(|a| a.memory_space).unwrap_or(0)
+        self.attrs
+            .as_ref()
+            .and_then(|a| a.memory_space)
+            .unwrap_or(0)
     }
 
     /// `E(n)`: element size in bits when packed (0 = natural size).
     pub fn element_size_bits(&self) -> i64 {
-        self.attrs.as_ref().and_then(|a| a.element_size_bits).unwrap_or(0)
+        self.attrs
+            .as_ref()
+            .and_then(|a| a.element_size_bits)
+            .unwrap_or(0)
     }
 }
 

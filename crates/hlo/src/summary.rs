@@ -25,7 +25,7 @@ pub struct ModuleSummary {
     pub parameters: Vec<TensorInfo>,
     /// Leaves of the entry computation's result.
     pub outputs: Vec<Shape>,
-    /// The largest instruction results in the whole module, largest first.
+    /// The largest array results in the whole module, largest first.
     pub largest: Vec<TensorInfo>,
 }
 
@@ -40,7 +40,10 @@ impl ModuleSummary {
 
 /// Summarizes `m`, listing the `top` largest tensors.
 pub fn summarize(m: &Module, top: usize) -> ModuleSummary {
-    let visible: Vec<CompId> = m.comp_ids().filter(|&c| !m.comp(c).is_async_sugar).collect();
+    let visible: Vec<CompId> = m
+        .comp_ids()
+        .filter(|&c| !m.comp(c).is_async_sugar)
+        .collect();
     let mut hist: FxHashMap<String, usize> = FxHashMap::default();
     let mut tensors = Vec::new();
     for &c in &visible {
@@ -52,7 +55,10 @@ pub fn summarize(m: &Module, top: usize) -> ModuleSummary {
                 None => ins.opcode.name().to_string(),
             };
             *hist.entry(op.clone()).or_default() += 1;
-            tensors.push(info(&comp.name, &ins.name, op, &ins.shape));
+            // Tuples only point at their elements' buffers; list arrays.
+            if !ins.shape.is_tuple() {
+                tensors.push(info(&comp.name, &ins.name, op, &ins.shape));
+            }
         }
     }
     let mut op_histogram: Vec<(String, usize)> = hist.into_iter().collect();
@@ -118,7 +124,8 @@ mod tests {
         assert_eq!(s.instructions, 3);
         assert_eq!(s.parameter_bytes(), 128);
         assert_eq!(s.output_bytes(), 256);
-        assert_eq!(s.largest[0].name, "c");
+        assert_eq!(s.largest[0].name, "a");
+        assert!(s.largest.iter().all(|t| !t.shape.is_tuple()));
         assert_eq!(s.op_histogram.len(), 3);
     }
 }

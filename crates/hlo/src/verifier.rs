@@ -78,7 +78,10 @@ impl Verifier<'_> {
         let per_chunk: Vec<Vec<VerifyError>> = comps
             .par_chunks(64)
             .map(|chunk| {
-                let mut v = Verifier { m, errors: Vec::new() };
+                let mut v = Verifier {
+                    m,
+                    errors: Vec::new(),
+                };
                 chunk.iter().for_each(|&c| v.computation(c));
                 v.errors
             })

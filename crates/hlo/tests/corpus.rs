@@ -29,7 +29,12 @@ fn corpus_files() -> Vec<PathBuf> {
 #[test]
 fn corpus_is_complete() {
     let files = corpus_files();
-    let count = |sub: &str| files.iter().filter(|p| p.to_string_lossy().contains(sub)).count();
+    let count = |sub: &str| {
+        files
+            .iter()
+            .filter(|p| p.to_string_lossy().contains(sub))
+            .count()
+    };
     assert_eq!(count("/corpus/xla/"), 200);
     assert_eq!(count("/corpus/jax_generated/"), 44);
     assert_eq!(count("/corpus/jax_cases/"), 28);
@@ -56,26 +61,47 @@ fn every_corpus_file_parses_and_round_trips() {
                         failures.push(format!("{name}: printing is not a fixpoint"));
                     }
                 }
-                Ok(_) => failures.push(format!("{name}: reparsed module differs from the original")),
-                Err(e) => failures.push(format!("{name}: printed text does not parse:\n{}", e.render("<printed>", &printed))),
+                Ok(_) => {
+                    failures.push(format!("{name}: reparsed module differs from the original"))
+                }
+                Err(e) => failures.push(format!(
+                    "{name}: printed text does not parse:\n{}",
+                    e.render("<printed>", &printed)
+                )),
             }
         }
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn xla_reads_our_output_as_the_same_module() {
     // Produced by tools/xla_roundtrip.py, which runs XLA's own parser (jaxlib) on
     // each original file and on our printed text and compares XLA's printing of both.
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(testdata().join("xla_roundtrip.json")).unwrap()).unwrap();
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(testdata().join("xla_roundtrip.json")).unwrap(),
+    )
+    .unwrap();
     let files = report["files"].as_object().unwrap();
-    assert_eq!(files.len(), corpus_files().len(), "xla_roundtrip.json is stale: rerun tools/xla_roundtrip.py");
+    assert_eq!(
+        files.len(),
+        corpus_files().len(),
+        "xla_roundtrip.json is stale: rerun tools/xla_roundtrip.py"
+    );
     let mut checked = 0;
     for (path, r) in files {
         if r["xla_accepts_original"].as_bool() == Some(true) {
-            assert_eq!(r["same_module"].as_bool(), Some(true), "{path}: {}", r["error"]);
+            assert_eq!(
+                r["same_module"].as_bool(),
+                Some(true),
+                "{path}: {}",
+                r["error"]
+            );
             checked += 1;
         }
     }

@@ -75,6 +75,7 @@ cases!(
     negative_dimension,
     nesting_too_deep,
     no_computations,
+    non_ascii_character,
     not_an_attribute,
     operand_shape_mismatch,
     parameter_out_of_range,
