@@ -14,8 +14,6 @@ use crate::shape::{ArrayShape, Layout, Shape, COMBINE_DIM, UNBOUNDED_DIM};
 use crate::types::{PrimitiveType, TypeKind};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-mod parallel;
-
 /// Deepest nesting of shapes, literals, operands or attribute values accepted.
 pub const MAX_DEPTH: usize = 256;
 /// Largest byte size of one array shape accepted (XLA: must fit in int64).
@@ -57,10 +55,23 @@ pub fn parse_modules(text: &str) -> PResult<Vec<Module>> {
 
 /// Like [`parse_modules`], also returning each module's [`SourceMap`].
 pub fn parse_modules_with_spans(text: &str) -> PResult<Vec<(Module, SourceMap)>> {
-    if let Some(parsed) = parallel::try_parse(text) {
-        return Ok(parsed);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if text.len() >= PIPELINE_MIN_BYTES && cores >= 2 {
+        // Any failure, even one caused by the pipeline itself, is re-parsed
+        // sequentially so that errors are exactly the sequential parser's.
+        if let Ok(parsed) = parse_pipelined(text) {
+            return Ok(parsed);
+        }
     }
-    let mut p = Parser::new(text);
+    parse_all(&mut Parser::new(text, None))
+}
+
+/// Inputs at least this large are lexed on a second thread while they are parsed.
+const PIPELINE_MIN_BYTES: usize = 256 << 10;
+/// Tokens per message from the lexer thread.
+const PIPELINE_CHUNK: usize = 4096;
+
+fn parse_all(p: &mut Parser<'_>) -> PResult<Vec<(Module, SourceMap)>> {
     let mut out = Vec::new();
     loop {
         let m = p.module()?;
@@ -71,6 +82,77 @@ pub fn parse_modules_with_spans(text: &str) -> PResult<Vec<(Module, SourceMap)>>
         if p.tok.tok != Tok::Ident("HloModule") {
             return Err(p.err_here("expected 'HloModule' or end of input"));
         }
+    }
+}
+
+/// Parses with the lexer running on a second thread, one chunk of tokens ahead.
+fn parse_pipelined(text: &str) -> PResult<Vec<(Module, SourceMap)>> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Token<'_>>>(64);
+        scope.spawn(move || lex_into(text, tx));
+        let pipe = Pipe {
+            rx,
+            buf: Vec::new(),
+            next: 0,
+            eof: Token {
+                tok: Tok::Eof,
+                start: text.len(),
+                end: text.len(),
+            },
+        };
+        let mut p = Parser::new(text, Some(pipe));
+        let parsed = parse_all(&mut p);
+        if p.pipe_out_of_step {
+            return Err(ParseError::new(0, 1, "token pipeline out of step"));
+        }
+        parsed
+    })
+}
+
+/// The lexer thread: sends every token of `text`, in chunks, ending with `Eof`.
+fn lex_into<'a>(text: &'a str, tx: std::sync::mpsc::SyncSender<Vec<Token<'a>>>) {
+    let mut lex = Lexer::new(text);
+    loop {
+        let mut chunk = Vec::with_capacity(PIPELINE_CHUNK);
+        let mut done = false;
+        while chunk.len() < PIPELINE_CHUNK && !done {
+            let t = lex.next_token();
+            done = t.tok == Tok::Eof;
+            chunk.push(t);
+        }
+        // A closed channel means the parser stopped early (an error): stop too.
+        if tx.send(chunk).is_err() || done {
+            return;
+        }
+    }
+}
+
+/// The parser's end of the token pipeline.
+struct Pipe<'a> {
+    rx: std::sync::mpsc::Receiver<Vec<Token<'a>>>,
+    buf: Vec<Token<'a>>,
+    next: usize,
+    eof: Token<'a>,
+}
+
+impl<'a> Pipe<'a> {
+    fn peek(&mut self) -> Token<'a> {
+        if self.next == self.buf.len() {
+            match self.rx.recv() {
+                Ok(chunk) => {
+                    self.buf = chunk;
+                    self.next = 0;
+                }
+                Err(_) => return self.eof,
+            }
+        }
+        self.buf.get(self.next).copied().unwrap_or(self.eof)
+    }
+
+    fn next_token(&mut self) -> Token<'a> {
+        let t = self.peek();
+        self.next += 1;
+        t
     }
 }
 
@@ -89,12 +171,12 @@ struct Parser<'a> {
     spans: SourceMap,
     /// Start of the instruction being parsed, for the source map.
     cur_instr_start: usize,
-    /// The computation being parsed.
-    cur_comp: CompId,
-    /// Parallel mode: references to computations this parser has not seen are
-    /// recorded in `pending` (and resolved later) instead of being errors.
-    deferred: bool,
-    pending: Vec<(&'a str, CompId)>,
+    /// Tokens lexed by another thread (large inputs); `None`: `lex` is used.
+    pipe: Option<Pipe<'a>>,
+    /// Set when the pipelined tokens disagree with the text (the parse is redone).
+    pipe_out_of_step: bool,
+    /// Attribute names of the instruction being parsed (duplicate check).
+    seen_attrs: FxHashSet<&'a str>,
 }
 
 /// The module header and stack-frame section, parsed before the computations.
@@ -331,30 +413,27 @@ fn normalize_enum(name: &str, v: &str) -> String {
 }
 
 impl<'a> Parser<'a> {
-    fn new(text: &'a str) -> Parser<'a> {
-        Parser::new_range(text, 0, text.len())
-    }
-
-    /// A parser over `text[start..end]` that reports offsets into the whole `text`.
-    fn new_range(text: &'a str, start: usize, end: usize) -> Parser<'a> {
-        let mut lex = Lexer::new(&text[..end]);
-        lex.reset_to(start);
-        let tok = lex.next_token();
+    fn new(text: &'a str, mut pipe: Option<Pipe<'a>>) -> Parser<'a> {
+        let mut lex = Lexer::new(text);
+        let tok = match &mut pipe {
+            Some(p) => p.next_token(),
+            None => lex.next_token(),
+        };
         Parser {
             lex,
             tok,
             depth: 0,
             comps: Vec::new(),
             // About one instruction per 80 bytes of real HLO; avoids regrowing the arena.
-            instrs: Vec::with_capacity((end - start) / 80),
+            instrs: Vec::with_capacity(text.len() / 80),
             comp_names: FxHashMap::default(),
             scope: FxHashMap::default(),
             anon_counts: FxHashMap::default(),
             spans: SourceMap::default(),
             cur_instr_start: 0,
-            cur_comp: CompId(0),
-            deferred: false,
-            pending: Vec::new(),
+            seen_attrs: FxHashSet::default(),
+            pipe,
+            pipe_out_of_step: false,
         }
     }
 
@@ -367,8 +446,27 @@ impl<'a> Parser<'a> {
     // ----- token helpers -------------------------------------------------------
 
     fn bump(&mut self) -> Token<'a> {
-        let next = self.lex.next_token();
+        let next = match &mut self.pipe {
+            Some(p) => p.next_token(),
+            None => self.lex.next_token(),
+        };
         std::mem::replace(&mut self.tok, next)
+    }
+
+    /// After a raw scan left `lex` just past some text, makes the token after
+    /// that text current (skipping what the pipeline lexed inside it).
+    fn resync(&mut self) {
+        let next = self.lex.next_token();
+        if let Some(p) = &mut self.pipe {
+            while p.peek().start < next.start && p.peek().tok != Tok::Eof {
+                p.next_token();
+            }
+            let piped = p.next_token();
+            if (piped.start, piped.end) != (next.start, next.end) {
+                self.pipe_out_of_step = true;
+            }
+        }
+        self.tok = next;
     }
 
     fn err_at(&self, t: &Token, msg: impl Into<String>) -> ParseError {
@@ -548,7 +646,7 @@ impl<'a> Parser<'a> {
                     .lex
                     .scan_balanced(MAX_RAW_LEN)
                     .map_err(|e| ParseError::new(start, 1, e))?;
-                self.tok = self.lex.next_token();
+                self.resync();
                 Ok(text.to_string())
             }
             Tok::Eof | Tok::Comma | Tok::RBrace | Tok::RParen => Err(self.expected("a value")),
@@ -574,6 +672,9 @@ impl<'a> Parser<'a> {
 
     /// The token after the current one, without consuming anything.
     fn peek_next(&mut self) -> Token<'a> {
+        if let Some(p) = &mut self.pipe {
+            return p.peek();
+        }
         let save = self.lex.pos();
         let next = self.lex.next_token();
         self.lex.reset_to(save);
@@ -691,7 +792,7 @@ impl<'a> Parser<'a> {
             .lex
             .source()
             .as_bytes()
-            .get(self.lex.pos()..)
+            .get(self.tok.end..)
             .unwrap_or(&[]);
         if let Some(&b) = rest.iter().find(|b| !b.is_ascii_whitespace()) {
             if b.is_ascii_digit() || b == b':' || b == b'}' {
@@ -1188,7 +1289,6 @@ impl<'a> Parser<'a> {
         };
         let open = self.expect(Tok::LBrace, "'{' to open the computation body")?;
         let id = CompId(self.comps.len() as u32);
-        self.cur_comp = id;
         self.push_comp_offset(name_tok.start);
         self.comps.push(Computation {
             name: name.to_string(),
@@ -1455,7 +1555,8 @@ impl<'a> Parser<'a> {
             ));
         }
         let mut attrs: Vec<Attr> = Vec::new();
-        let mut seen = FxHashSet::default();
+        // Reused across instructions: a set per instruction would allocate every time.
+        self.seen_attrs.clear();
         while self.eat(Tok::Comma) {
             let t = self.bump();
             let Tok::AttrName(aname) = t.tok else {
@@ -1467,7 +1568,7 @@ impl<'a> Parser<'a> {
                     ),
                 ));
             };
-            if !seen.insert(aname) {
+            if !self.seen_attrs.insert(aname) {
                 return Err(self.err_at(&t, format!("duplicate attribute '{aname}'")));
             }
             let value = self.attr_value(aname)?;
@@ -1556,15 +1657,6 @@ impl<'a> Parser<'a> {
     ) -> PResult<Shape> {
         if sugar.is_some() {
             return Err(self.missing_shape(op_tok, name));
-        }
-        let calls_pending = attrs.iter().any(|a| match &a.value {
-            AttrValue::Comp(c) => c.0 >= parallel::PENDING_BASE,
-            AttrValue::Comps(cs) => cs.iter().any(|c| c.0 >= parallel::PENDING_BASE),
-            _ => false,
-        });
-        if calls_pending {
-            // Parallel mode cannot see the callee's signature; the sequential parser will.
-            return Err(self.err_at(op_tok, "shape depends on a computation in another piece"));
         }
         let shapes: Vec<&Shape> = operands
             .iter()
@@ -1965,13 +2057,6 @@ impl<'a> Parser<'a> {
                 .with_hint("define the computation separately and refer to it by name"));
         }
         let n = self.name()?;
-        if self.deferred && !self.comp_names.contains_key(n) {
-            // Another piece of the text defines it (or nobody does: checked when stitching).
-            self.pending.push((n, self.cur_comp));
-            return Ok(CompId(
-                parallel::PENDING_BASE + self.pending.len() as u32 - 1,
-            ));
-        }
         self.comp_names.get(n).copied().ok_or_else(|| {
             self.err_at(&t, format!("unknown computation '{n}'"))
                 .with_hint("computations must be defined before the instructions that call them")
@@ -2142,7 +2227,7 @@ impl<'a> Parser<'a> {
                         .lex
                         .scan_balanced(MAX_RAW_LEN)
                         .map_err(|e| ParseError::new(open.start, 1, e))?;
-                    self.tok = self.lex.next_token();
+                    self.resync();
                     s.kind = ShardingKind::Raw(text[1..text.len() - 1].to_string());
                     return Ok(s);
                 }
@@ -2339,7 +2424,7 @@ impl<'a> Parser<'a> {
         let axes_text = self.lex.scan_balanced(MAX_RAW_LEN).map_err(err)?;
         self.lex.skip_trivia().map_err(err)?;
         let sel_text = self.lex.scan_balanced(MAX_RAW_LEN).map_err(err)?;
-        self.tok = self.lex.next_token();
+        self.resync();
         let bad = || {
             ParseError::new(start, 4, "malformed mesh replica groups")
                 .with_hint("expected mesh['x'=2,'y'=4] {'x'}")
@@ -2604,13 +2689,24 @@ impl<'a> Parser<'a> {
 /// Token equality with a cheap discriminant test first (the parser's hottest comparison).
 #[inline]
 fn same_token(a: &Tok, b: &Tok) -> bool {
-    std::mem::discriminant(a) == std::mem::discriminant(b)
-        && match (a, b) {
-            (Tok::Ident(x), Tok::Ident(y))
-            | (Tok::AttrName(x), Tok::AttrName(y))
-            | (Tok::Name(x), Tok::Name(y)) => x == y,
-            _ => a == b,
-        }
+    if std::mem::discriminant(a) != std::mem::discriminant(b) {
+        return false;
+    }
+    match (a, b) {
+        (Tok::Ident(x), Tok::Ident(y))
+        | (Tok::AttrName(x), Tok::AttrName(y))
+        | (Tok::Name(x), Tok::Name(y))
+        | (Tok::DimLabels(x), Tok::DimLabels(y))
+        | (Tok::Dxd(x), Tok::Dxd(y))
+        | (Tok::Pad(x), Tok::Pad(y)) => x == y,
+        (Tok::Int(x), Tok::Int(y)) => x == y,
+        (Tok::UInt64(x), Tok::UInt64(y)) => x == y,
+        (Tok::Decimal(x), Tok::Decimal(y)) => x.to_bits() == y.to_bits(),
+        (Tok::Str(x), Tok::Str(y)) => x == y,
+        (Tok::Error(x), Tok::Error(y)) => x == y,
+        // Same discriminant and no payload.
+        _ => true,
+    }
 }
 
 fn empty_data(ty: PrimitiveType) -> LiteralData {
@@ -2748,4 +2844,43 @@ fn edit_distance(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
+}
+
+#[cfg(test)]
+mod pipeline_tests {
+    use super::*;
+
+    /// The lexer-thread pipeline must give exactly the sequential result, on
+    /// every corpus file (whatever its size) and on its failures.
+    #[test]
+    fn pipelined_parse_equals_sequential() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata");
+        let mut dirs = vec![root.join("corpus"), root.join("errors")];
+        let mut files = 0;
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    continue;
+                };
+                let sequential = parse_all(&mut Parser::new(&text, None));
+                match (parse_pipelined(&text), sequential) {
+                    (Ok(a), Ok(b)) => assert!(a == b, "{}: results differ", path.display()),
+                    (Err(_), Err(_)) => {}
+                    (a, b) => panic!(
+                        "{}: pipelined ok={} sequential ok={}",
+                        path.display(),
+                        a.is_ok(),
+                        b.is_ok()
+                    ),
+                }
+                files += 1;
+            }
+        }
+        assert!(files > 300, "{files}");
+    }
 }

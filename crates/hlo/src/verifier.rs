@@ -7,11 +7,11 @@
 //! `testdata/corpus` verifies.
 
 use rayon::prelude::*;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::attr::AttrValue;
 use crate::infer::{check_shape, shape_text, shapes_compatible, InferError};
-use crate::ir::{CompId, InstrId, Instruction, Module};
+use crate::ir::{CompId, Computation, InstrId, Instruction, Module};
 use crate::opcode::Opcode;
 use crate::shape::Shape;
 
@@ -37,6 +37,17 @@ pub fn verify(m: &Module) -> Result<(), Vec<VerifyError>> {
     } else {
         Err(v.errors)
     }
+}
+
+/// Where each instruction of a computation stands in its text order.
+type Positions = FxHashMap<InstrId, usize>;
+
+fn positions(c: &Computation) -> Positions {
+    c.instrs
+        .iter()
+        .enumerate()
+        .map(|(pos, &id)| (id, pos))
+        .collect()
 }
 
 struct Verifier<'m> {
@@ -72,17 +83,27 @@ impl Verifier<'_> {
         if dangling > 0 {
             return;
         }
-        // Computations are checked independently, so large modules use every core;
-        // errors keep computation order.
-        let comps: Vec<CompId> = m.comp_ids().collect();
-        let per_chunk: Vec<Vec<VerifyError>> = comps
-            .par_chunks(64)
+        for c in m.comp_ids() {
+            self.computation_shape(c);
+        }
+        // Instructions are checked independently (a real module often has one
+        // computation holding most of them), so they are spread over every core;
+        // errors keep text order.
+        let positions: Vec<Positions> = m.comps.iter().map(positions).collect();
+        let work: Vec<(CompId, InstrId)> = m
+            .comp_ids()
+            .flat_map(|c| m.comp(c).instrs.iter().map(move |&i| (c, i)))
+            .collect();
+        let per_chunk: Vec<Vec<VerifyError>> = work
+            .par_chunks(512)
             .map(|chunk| {
                 let mut v = Verifier {
                     m,
                     errors: Vec::new(),
                 };
-                chunk.iter().for_each(|&c| v.computation(c));
+                for &(c, id) in chunk {
+                    v.instruction(c, id, &positions[c.index()]);
+                }
                 v.errors
             })
             .collect();
@@ -147,15 +168,6 @@ impl Verifier<'_> {
         bad.is_none()
     }
 
-    fn computation(&mut self, c: CompId) {
-        self.computation_shape(c);
-        let mut defined = FxHashSet::default();
-        for &id in &self.m.comp(c).instrs {
-            self.instruction(c, id, &defined);
-            defined.insert(id);
-        }
-    }
-
     /// A ROOT among the instructions, parameters numbered 0..n, unique names.
     fn computation_shape(&mut self, c: CompId) {
         let comp = self.m.comp(c);
@@ -173,7 +185,7 @@ impl Verifier<'_> {
                 self.error(c, Some(p), msg);
             }
         }
-        let mut names = FxHashSet::default();
+        let mut names = FxHashSet::with_capacity_and_hasher(comp.instrs.len(), Default::default());
         for &id in &comp.instrs {
             let name = &self.m.instr(id).name;
             if !names.insert(name.as_str()) {
@@ -186,7 +198,7 @@ impl Verifier<'_> {
         }
     }
 
-    fn instruction(&mut self, c: CompId, id: InstrId, defined: &FxHashSet<InstrId>) {
+    fn instruction(&mut self, c: CompId, id: InstrId, defined: &Positions) {
         let ins = self.m.instr(id);
         if ins.parent != c {
             self.instr_error(
@@ -205,7 +217,7 @@ impl Verifier<'_> {
     }
 
     /// Operands exist, live in the same computation and are defined earlier.
-    fn operands_ok(&mut self, id: InstrId, defined: &FxHashSet<InstrId>) -> bool {
+    fn operands_ok(&mut self, id: InstrId, positions: &Positions) -> bool {
         let ins = self.m.instr(id);
         let preds = match ins.attr("control-predecessors") {
             Some(AttrValue::Instrs(v)) => v.as_slice(),
@@ -219,7 +231,9 @@ impl Verifier<'_> {
             self.instr_error(id, format!("operand {o:?} is not in the same computation"));
             return false;
         }
-        if let Some(o) = ins.operands.iter().find(|o| !defined.contains(o)) {
+        let here = positions.get(&id).copied().unwrap_or(usize::MAX);
+        let defined_earlier = |o: &InstrId| positions.get(o).is_some_and(|&p| p < here);
+        if let Some(o) = ins.operands.iter().find(|o| !defined_earlier(o)) {
             let name = &self.m.instr(*o).name;
             self.instr_error(id, format!("operand {name} is used before it is defined"));
             return false;

@@ -1,0 +1,164 @@
+//! End-to-end tests of the `tpusim` binary: output, diagnostics and exit codes.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn tpusim(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tpusim");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn testdata(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const GOOD: &str =
+    "HloModule m\n\nENTRY e {\n  a = f32[4] parameter(0)\n  ROOT b = f32[4] add(a, a)\n}\n";
+
+#[test]
+fn check_reports_each_module() {
+    let out = tpusim(
+        &[
+            "check",
+            &testdata("corpus/jax_generated/mlp_grad.lowered.hlo"),
+            &testdata("golden/async_sugar.hlo"),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with("ok jit_")
+            && lines[0].contains("computations,")
+            && lines[0].ends_with("instructions)"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[1],
+        "ok AsyncOpsWithSyntaxSugar (1 computations, 4 instructions)"
+    );
+}
+
+#[test]
+fn check_accepts_several_modules_in_one_file_and_stdin() {
+    let two = format!(
+        "{GOOD}// -----\n{}",
+        GOOD.replace("HloModule m", "HloModule n")
+    );
+    let out = tpusim(&["check", "-"], Some(&two));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "ok m (1 computations, 2 instructions)\nok n (1 computations, 2 instructions)\n"
+    );
+}
+
+#[test]
+fn check_exits_1_with_a_located_diagnostic() {
+    let bad = GOOD.replace("add(a, a)", "ad(a, a)");
+    let out = tpusim(&["check", "-"], Some(&bad));
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("unknown opcode 'ad'")
+            && err.contains("<stdin>:5:19")
+            && err.contains("^^")
+            && err.contains("did you mean"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn check_reports_verifier_errors_at_the_instruction() {
+    let bad = GOOD.replace("ROOT b = f32[4] add", "ROOT b = f32[5] add");
+    let out = tpusim(&["check", "-"], Some(&bad));
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("<stdin>:5:8") && err.contains("f32[4]") && err.contains("f32[5]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn usage_errors_and_unreadable_files_exit_1_never_2() {
+    assert_eq!(tpusim(&["check"], None).status.code(), Some(1));
+    assert_eq!(tpusim(&["frobnicate"], None).status.code(), Some(1));
+    let missing = tpusim(&["check", "/nonexistent/x.hlo"], None);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).contains("cannot read /nonexistent/x.hlo"));
+    let out = tpusim(&["check", "-"], Some("\u{0}\u{ff}garbage"));
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn help_is_everywhere() {
+    for cmd in [
+        &["--help"][..],
+        &["check", "--help"],
+        &["fmt", "--help"],
+        &["demo", "--help"],
+    ] {
+        let out = tpusim(cmd, None);
+        assert!(out.status.success(), "{cmd:?}");
+        assert!(text(&out.stdout).contains("Usage:"), "{cmd:?}");
+    }
+}
+
+#[test]
+fn fmt_prints_canonical_text_that_is_a_fixpoint() {
+    let once = tpusim(&["fmt", &testdata("golden/old_operand_shapes.hlo")], None);
+    assert!(once.status.success(), "{}", text(&once.stderr));
+    let first = text(&once.stdout);
+    assert!(
+        first.starts_with("HloModule ") && first.contains("ENTRY %"),
+        "{first}"
+    );
+    let twice = tpusim(&["fmt", "-"], Some(&first));
+    assert_eq!(text(&twice.stdout), first);
+}
+
+#[test]
+fn demo_summarizes_the_embedded_transformer() {
+    let out = tpusim(&["demo"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    for needle in [
+        "module jit_step",
+        "verified ok",
+        "parameter",
+        "op histogram",
+        "dot",
+        "largest tensors",
+        "f32[4,16,256]",
+    ] {
+        assert!(s.contains(needle), "missing {needle:?} in:\n{s}");
+    }
+}
