@@ -1,6 +1,7 @@
 //! `tpusim check`: parse and verify files, one status line per module.
 
 use crate::input;
+use crate::out;
 use anyhow::Result;
 use tpusim_hlo::{Module, SourceMap};
 
@@ -59,11 +60,11 @@ fn report_module(path: &str, text: &str, m: &Module, spans: &SourceMap) -> bool 
             } else {
                 &m.name
             };
-            println!(
+            out::line(format_args!(
                 "ok {name} ({} computations, {} instructions)",
                 m.visible_computation_count(),
                 m.visible_instruction_count()
-            );
+            ));
             true
         }
         Err(errors) => {

@@ -2,6 +2,7 @@
 //! train step compiled into the binary, verifies it and prints a readable summary.
 //! Later issues extend it to simulate and report.
 
+use crate::out;
 use crate::render::{bytes, table};
 use anyhow::{bail, Result};
 use tpusim_hlo::summary::summarize;
@@ -27,23 +28,23 @@ pub fn run(args: &Args) -> Result<bool> {
         bail!("embedded module failed verification: {}", errors[0].message);
     }
     let s = summarize(&m, args.top);
-    println!(
+    out::line(format_args!(
         "tpusim demo — {DEMO_NAME} (a real JAX transformer train step, before XLA optimization)\n"
-    );
-    println!(
+    ));
+    out::line(format_args!(
         "module {}: {} computations, {} instructions, verified ok",
         s.name, s.computations, s.instructions
-    );
-    println!(
+    ));
+    out::line(format_args!(
         "inputs  {} in {} parameters",
         bytes(s.parameter_bytes()),
         s.parameters.len()
-    );
-    println!(
+    ));
+    out::line(format_args!(
         "outputs {} in {} arrays\n",
         bytes(s.output_bytes()),
         s.outputs.len()
-    );
+    ));
 
     let mut t = table(&["#", "parameter", "shape", "bytes"]);
     for (i, p) in s.parameters.iter().enumerate() {
@@ -54,7 +55,7 @@ pub fn run(args: &Args) -> Result<bool> {
             bytes(p.bytes),
         ]);
     }
-    println!("{t}\n");
+    out::line(format_args!("{t}\n"));
 
     let mut t = table(&["opcode", "count"]);
     for (op, n) in s.op_histogram.iter().take(15) {
@@ -66,7 +67,7 @@ pub fn run(args: &Args) -> Result<bool> {
             String::new(),
         ]);
     }
-    println!("op histogram\n{t}\n");
+    out::line(format_args!("op histogram\n{t}\n"));
 
     let mut t = table(&["largest tensors", "opcode", "computation", "shape", "bytes"]);
     for x in &s.largest {
@@ -78,6 +79,6 @@ pub fn run(args: &Args) -> Result<bool> {
             bytes(x.bytes),
         ]);
     }
-    println!("{t}");
+    out::line(format_args!("{t}"));
     Ok(true)
 }

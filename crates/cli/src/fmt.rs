@@ -2,7 +2,6 @@
 
 use crate::input;
 use anyhow::Result;
-use std::io::Write;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -12,9 +11,8 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<bool> {
     let modules = input::load(&args.file)?;
-    let mut out = std::io::stdout().lock();
     for (m, _) in &modules {
-        out.write_all(tpusim_hlo::print_module(m).as_bytes())?;
+        crate::out::raw(&tpusim_hlo::print_module(m));
     }
     Ok(true)
 }

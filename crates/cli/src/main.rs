@@ -4,9 +4,11 @@
 //! Exit codes: 0 success, 1 any error (including usage errors) — never another code.
 
 mod check;
+mod chips;
 mod demo;
 mod fmt;
 mod input;
+mod out;
 mod render;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +37,8 @@ enum Cmd {
     Fmt(fmt::Args),
     /// Run the built-in demo: summarize a real JAX transformer train step
     Demo(demo::Args),
+    /// List the hardware database (TPU generations and GPUs)
+    Chips(chips::Args),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Cmd::Check(args) => check::run(&args),
         Cmd::Fmt(args) => fmt::run(&args),
         Cmd::Demo(args) => demo::run(&args),
+        Cmd::Chips(args) => chips::run(&args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -162,3 +162,50 @@ fn demo_summarizes_the_embedded_transformer() {
         assert!(s.contains(needle), "missing {needle:?} in:\n{s}");
     }
 }
+
+#[test]
+fn chips_lists_the_hardware_database() {
+    let out = tpusim(&["chips"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    for id in [
+        "v2", "v3", "v4", "v5e", "v5p", "v6e", "tpu7x", "a100", "h100", "h200",
+    ] {
+        assert!(s.contains(&format!("│ {id} ")), "missing {id}:\n{s}");
+    }
+    let json = tpusim(&["chips", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("valid JSON");
+    assert_eq!(v.as_array().map(Vec::len), Some(10));
+    assert_eq!(v[3]["id"], "v5e");
+}
+
+#[test]
+fn a_bad_chip_file_is_a_located_error() {
+    let dir = std::env::temp_dir().join(format!("tpusim-chip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "[memory]\nhbm_byts = 3\n").unwrap();
+    let out = tpusim(&["chips", "--chip-file", path.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("bad.toml:2:1") && err.contains("hbm_byts"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_closed_stdout_pipe_is_not_a_crash() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args([
+            "fmt",
+            &testdata("corpus/xla/zml__xla__xla__tools__data__benchmarking__mobilenet_v2.hlo"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
