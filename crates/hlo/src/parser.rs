@@ -1453,7 +1453,7 @@ impl<'a> Parser<'a> {
                 format!("instruction name '{name}' is used twice in this computation"),
             ));
         }
-        let id = self.instruction_rhs(name.to_string(), comp, order, &name_tok)?;
+        let id = self.instruction_rhs(name.to_string(), comp, order)?;
         self.scope.insert(name, id);
         Ok(id)
     }
@@ -1486,10 +1486,9 @@ impl<'a> Parser<'a> {
         name: String,
         comp: CompId,
         order: &mut Vec<InstrId>,
-        name_tok: &Token<'a>,
     ) -> PResult<InstrId> {
         self.enter()?;
-        let r = self.instruction_rhs_inner(name, comp, order, name_tok);
+        let r = self.instruction_rhs_inner(name, comp, order);
         self.leave();
         r
     }
@@ -1499,7 +1498,6 @@ impl<'a> Parser<'a> {
         name: String,
         comp: CompId,
         order: &mut Vec<InstrId>,
-        name_tok: &Token<'a>,
     ) -> PResult<InstrId> {
         let shape = if self.at_shape_start() {
             let mut s = self.shape()?;
@@ -1586,7 +1584,6 @@ impl<'a> Parser<'a> {
             }
         };
         let id = InstrId(self.instrs.len() as u32);
-        let _ = name_tok;
         self.push_instr(Instruction {
             name,
             opcode,
@@ -2231,21 +2228,14 @@ impl<'a> Parser<'a> {
                     s.kind = ShardingKind::Raw(text[1..text.len() - 1].to_string());
                     return Ok(s);
                 }
-                Tok::Ident("replicated") => {
+                Tok::Ident(k @ ("replicated" | "manual" | "unknown" | "unreduced")) => {
                     self.bump();
-                    kind = Some(ShardingKind::Replicated);
-                }
-                Tok::Ident("manual") => {
-                    self.bump();
-                    kind = Some(ShardingKind::Manual);
-                }
-                Tok::Ident("unknown") => {
-                    self.bump();
-                    kind = Some(ShardingKind::Unknown);
-                }
-                Tok::Ident("unreduced") => {
-                    self.bump();
-                    kind = Some(ShardingKind::Unreduced);
+                    kind = Some(match k {
+                        "replicated" => ShardingKind::Replicated,
+                        "manual" => ShardingKind::Manual,
+                        "unknown" => ShardingKind::Unknown,
+                        _ => ShardingKind::Unreduced,
+                    });
                 }
                 Tok::Ident("maximal") => {
                     self.bump();
