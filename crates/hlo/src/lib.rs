@@ -6,6 +6,7 @@
 //! It must never print to stdout/stderr, never panic on any input, and never
 //! depend on the simulator crates, the CLI or Python bindings.
 
+pub mod analysis;
 pub mod attr;
 pub mod error;
 pub mod infer;
