@@ -15,6 +15,7 @@ pub mod lexer;
 pub mod literal;
 pub mod opcode;
 pub mod parser;
+pub mod passes;
 pub mod printer;
 pub mod shape;
 pub mod summary;

@@ -20,12 +20,49 @@ pub fn print_module(m: &Module) -> String {
     if let Some(sf) = &m.stack_frames {
         write_stack_frames(&mut out, sf);
     }
-    for c in m.comp_ids() {
+    for c in callees_first(m) {
         if !m.comp(c).is_async_sugar {
             write_computation(&mut out, m, c);
         }
     }
     out
+}
+
+/// Computations in arena order, except that every computation comes after the
+/// ones it calls (XLA's parser needs callees first). For a parsed module this
+/// is exactly arena order; passes that append computations rely on it.
+fn callees_first(m: &Module) -> Vec<CompId> {
+    let mut state = vec![0u8; m.comps.len()]; // 0 new, 1 in progress, 2 done
+    let mut order = Vec::with_capacity(m.comps.len());
+    for c in m.comp_ids() {
+        visit(m, c, &mut state, &mut order);
+    }
+    order
+}
+
+fn visit(m: &Module, root: CompId, state: &mut [u8], order: &mut Vec<CompId>) {
+    // Iterative DFS: call graphs can be deep, and recursion must not overflow.
+    let mut stack = vec![(root, false)];
+    while let Some((c, expanded)) = stack.pop() {
+        match (state[c.index()], expanded) {
+            (2, _) | (1, false) => continue,
+            (_, true) => {
+                state[c.index()] = 2;
+                order.push(c);
+            }
+            (_, false) => {
+                state[c.index()] = 1;
+                stack.push((c, true));
+                for &i in m.comp(c).instrs.iter().rev() {
+                    for callee in m.instr(i).called_computations().into_iter().rev() {
+                        if callee.index() < state.len() && state[callee.index()] == 0 {
+                            stack.push((callee, false));
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn write_header(out: &mut String, m: &Module) {

@@ -1,0 +1,337 @@
+//! Passes: plain functions that rewrite a module in place. Each leaves a module
+//! that verifies (tests run the verifier after every pass).
+
+use crate::attr::{Attr, AttrValue};
+use crate::ir::{CompId, Computation, InstrId, Instruction, Module};
+use crate::opcode::{OpCategory, Opcode};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// What [`fuse`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FusionStats {
+    /// Fusion instructions created.
+    pub fusions: usize,
+    /// Instructions moved into them.
+    pub fused_instructions: usize,
+}
+
+/// A simple TPU-style fusion pass for unoptimized HLO, so that the bytes a cost
+/// model sees resemble what XLA moves: elementwise producers (and broadcasts,
+/// reshapes, iotas, scalar constants) are fused into their consumers, and a
+/// dot or convolution is fused into the elementwise consumers of its result
+/// (XLA's output fusion). A producer is fused only when all its users are in
+/// the same fusion, so nothing is computed twice.
+///
+/// Computations that are already fused, or that are applied element-wise by
+/// another op (reducers, comparators), are left alone, as are instructions
+/// with control dependencies.
+pub fn fuse(m: &mut Module) -> FusionStats {
+    let mut stats = FusionStats::default();
+    let mut comp_names: FxHashSet<String> = m.comps.iter().map(|c| c.name.clone()).collect();
+    for c in control_computations(m) {
+        fuse_computation(m, c, &mut comp_names, &mut stats);
+    }
+    stats
+}
+
+/// Computations that run as programs (entry, loop bodies and conditions,
+/// call targets, branches), as opposed to ones applied by reduce, sort, etc.
+fn control_computations(m: &Module) -> Vec<CompId> {
+    let mut applied: FxHashSet<CompId> = FxHashSet::default();
+    for ins in &m.instrs {
+        for a in &ins.attrs {
+            let program = matches!(
+                (ins.opcode, a.name.as_ref()),
+                (Opcode::While, "condition" | "body")
+                    | (Opcode::Call, "to_apply")
+                    | (Opcode::Conditional, _)
+            );
+            if !program {
+                match &a.value {
+                    AttrValue::Comp(c) => {
+                        applied.insert(*c);
+                    }
+                    AttrValue::Comps(cs) => applied.extend(cs.iter().copied()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    m.comp_ids()
+        .filter(|c| !applied.contains(c) && !m.comp(*c).is_async_sugar)
+        .collect()
+}
+
+/// Ops that XLA fuses freely: cheap, element-wise in their data access.
+fn is_fusible(ins: &Instruction) -> bool {
+    let elementwise = matches!(
+        ins.opcode.category(),
+        OpCategory::Unary | OpCategory::Binary | OpCategory::Ternary
+    );
+    let movement = matches!(
+        ins.opcode,
+        Opcode::Broadcast | Opcode::Reshape | Opcode::Bitcast | Opcode::Iota
+    );
+    let small_constant = ins.opcode == Opcode::Constant && ins.shape.rank() == 0;
+    (elementwise || movement || small_constant) && !ins.shape.is_tuple()
+}
+
+fn is_contraction(op: Opcode) -> bool {
+    matches!(op, Opcode::Dot | Opcode::Convolution)
+}
+
+/// Instructions that may head a fusion: fusible ops, contractions and reduces.
+fn can_root(ins: &Instruction) -> bool {
+    (is_fusible(ins) && ins.opcode != Opcode::Constant)
+        || is_contraction(ins.opcode)
+        || (ins.opcode == Opcode::Reduce && !ins.shape.is_tuple())
+}
+
+fn has_control_deps(ins: &Instruction) -> bool {
+    ins.attr("control-predecessors").is_some()
+}
+
+fn fuse_computation(
+    m: &mut Module,
+    c: CompId,
+    comp_names: &mut FxHashSet<String>,
+    stats: &mut FusionStats,
+) {
+    let groups = plan_groups(m, c);
+    if groups.is_empty() {
+        return;
+    }
+    let mut instr_names: FxHashSet<String> = m
+        .comp(c)
+        .instrs
+        .iter()
+        .map(|&i| m.instr(i).name.clone())
+        .collect();
+    let mut replaced: FxHashMap<InstrId, InstrId> = FxHashMap::default();
+    let mut moved: FxHashSet<InstrId> = FxHashSet::default();
+    for group in groups {
+        stats.fusions += 1;
+        stats.fused_instructions += group.len();
+        let fusion = outline(m, c, &group, comp_names, &mut instr_names);
+        replaced.insert(*group.last().expect("non-empty group"), fusion);
+        moved.extend(group);
+    }
+    rewire_caller(m, c, &replaced, &moved);
+}
+
+/// Chooses fusion groups, consumers first (reverse text order). Each group
+/// lists its members in text order; its last member is the root.
+fn plan_groups(m: &Module, c: CompId) -> Vec<Vec<InstrId>> {
+    let comp = m.comp(c);
+    let users = users_in(m, comp);
+    let mut taken: FxHashSet<InstrId> = FxHashSet::default();
+    let mut groups = Vec::new();
+    for &root in comp.instrs.iter().rev() {
+        let ins = m.instr(root);
+        if taken.contains(&root) || !can_root(ins) || has_control_deps(ins) {
+            continue;
+        }
+        let mut members: FxHashSet<InstrId> = FxHashSet::default();
+        members.insert(root);
+        let mut has_contraction = is_contraction(ins.opcode);
+        let mut frontier = vec![root];
+        while let Some(x) = frontier.pop() {
+            for &p in &m.instr(x).operands {
+                let pi = m.instr(p);
+                if members.contains(&p) || taken.contains(&p) || has_control_deps(pi) {
+                    continue;
+                }
+                let contraction = is_contraction(pi.opcode) && !has_contraction;
+                if !(is_fusible(pi) || contraction) {
+                    continue;
+                }
+                let all_users_inside = users
+                    .get(&p)
+                    .is_some_and(|us| us.iter().all(|u| members.contains(u)));
+                if !all_users_inside || p == comp.root {
+                    continue;
+                }
+                has_contraction |= contraction;
+                members.insert(p);
+                frontier.push(p);
+            }
+        }
+        if members.len() < 2 {
+            continue;
+        }
+        taken.extend(members.iter().copied());
+        let ordered: Vec<InstrId> = comp
+            .instrs
+            .iter()
+            .copied()
+            .filter(|i| members.contains(i))
+            .collect();
+        groups.push(ordered);
+    }
+    groups
+}
+
+/// Users of each instruction within the computation (operands only).
+fn users_in(m: &Module, comp: &Computation) -> FxHashMap<InstrId, Vec<InstrId>> {
+    let mut users: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
+    for &i in &comp.instrs {
+        for &o in &m.instr(i).operands {
+            users.entry(o).or_default().push(i);
+        }
+    }
+    users
+}
+
+/// Copies `group` (text order, root last) of computation `c` into a new fused
+/// computation and makes the `fusion` instruction that calls it (not yet in
+/// the caller: see [`rewire_caller`]).
+fn outline(
+    m: &mut Module,
+    c: CompId,
+    group: &[InstrId],
+    comp_names: &mut FxHashSet<String>,
+    instr_names: &mut FxHashSet<String>,
+) -> InstrId {
+    let root = *group.last().expect("non-empty group");
+    let members: FxHashSet<InstrId> = group.iter().copied().collect();
+    // External operands become parameters, in order of first use.
+    let mut inputs: Vec<InstrId> = Vec::new();
+    for &g in group {
+        for &o in &m.instr(g).operands {
+            if !members.contains(&o) && !inputs.contains(&o) {
+                inputs.push(o);
+            }
+        }
+    }
+    let fused = CompId(m.comps.len() as u32);
+    let mut remap: FxHashMap<InstrId, InstrId> = FxHashMap::default();
+    let mut body = Vec::new();
+    let mut params = Vec::new();
+    for (k, &input) in inputs.iter().enumerate() {
+        let id = push(
+            m,
+            Instruction {
+                name: format!("param_{k}"),
+                opcode: Opcode::Parameter,
+                shape: m.instr(input).shape.clone(),
+                operands: Vec::new(),
+                attrs: Vec::new(),
+                parent: fused,
+                parameter_number: Some(k as i64),
+                literal: None,
+                async_sugar: None,
+            },
+        );
+        remap.insert(input, id);
+        params.push(id);
+        body.push(id);
+    }
+    for &g in group {
+        let mut clone = m.instr(g).clone();
+        clone.parent = fused;
+        clone.operands.iter_mut().for_each(|o| *o = remap[o]);
+        clone.attrs.retain(|a| a.name != "sharding");
+        let id = push(m, clone);
+        remap.insert(g, id);
+        body.push(id);
+    }
+    let kind = fusion_kind(m, group);
+    let root_name = m.instr(root).name.clone();
+    let caller_name = m.comp(c).name.clone();
+    m.comps.push(Computation {
+        name: unique(&format!("fused_{root_name}.{caller_name}"), comp_names),
+        instrs: body,
+        root: remap[&root],
+        params,
+        is_entry: false,
+        execution_thread: None,
+        is_async_sugar: false,
+    });
+    let fusion = push(
+        m,
+        Instruction {
+            name: unique(&format!("{root_name}.fusion"), instr_names),
+            opcode: Opcode::Fusion,
+            shape: m.instr(root).shape.clone(),
+            operands: inputs,
+            attrs: vec![
+                Attr {
+                    name: "kind".into(),
+                    value: AttrValue::Ident(kind.into()),
+                },
+                Attr {
+                    name: "calls".into(),
+                    value: AttrValue::Comp(fused),
+                },
+            ],
+            parent: c,
+            parameter_number: None,
+            literal: None,
+            async_sugar: None,
+        },
+    );
+    fusion
+}
+
+fn push(m: &mut Module, ins: Instruction) -> InstrId {
+    m.instrs.push(ins);
+    InstrId(m.instrs.len() as u32 - 1)
+}
+
+/// XLA's names for the three fusion shapes this pass makes.
+fn fusion_kind(m: &Module, group: &[InstrId]) -> &'static str {
+    let root = m.instr(*group.last().expect("non-empty group"));
+    if group.iter().any(|&g| is_contraction(m.instr(g).opcode)) {
+        "kOutput"
+    } else if root.opcode == Opcode::Reduce {
+        "kInput"
+    } else {
+        "kLoop"
+    }
+}
+
+/// Each fusion takes its root's place in the caller, the other members leave
+/// it, and every use of a root (including by other fusions) uses the fusion.
+fn rewire_caller(
+    m: &mut Module,
+    c: CompId,
+    replaced: &FxHashMap<InstrId, InstrId>,
+    moved: &FxHashSet<InstrId>,
+) {
+    let old = std::mem::take(&mut m.comps[c.index()].instrs);
+    let new: Vec<InstrId> = old
+        .iter()
+        .filter_map(|i| {
+            replaced
+                .get(i)
+                .copied()
+                .or((!moved.contains(i)).then_some(*i))
+        })
+        .collect();
+    for &i in &new {
+        for o in m.instrs[i.index()].operands.iter_mut() {
+            if let Some(&f) = replaced.get(o) {
+                *o = f;
+            }
+        }
+    }
+    let comp = &mut m.comps[c.index()];
+    if let Some(&f) = replaced.get(&comp.root) {
+        comp.root = f;
+    }
+    comp.instrs = new;
+}
+
+/// `base`, or `base.1`, `base.2`... whichever is free; records the choice.
+fn unique(base: &str, taken: &mut FxHashSet<String>) -> String {
+    let name = if taken.contains(base) {
+        (1..)
+            .map(|k| format!("{base}.{k}"))
+            .find(|n| !taken.contains(n))
+            .expect("some name is free")
+    } else {
+        base.to_string()
+    };
+    taken.insert(name.clone());
+    name
+}
