@@ -251,18 +251,7 @@ impl<'a> Parser<'a> {
             K::Str => AttrValue::Str(self.string()?),
             K::Ints => AttrValue::Ints(self.int_list_braced()?),
             K::IntsOrLists => self.ints_or_lists()?,
-            K::Bools => {
-                self.expect(Tok::LBrace, "'{'")?;
-                let mut v = Vec::new();
-                while !matches!(self.tok.tok, Tok::RBrace) {
-                    v.push(self.bool_value()?);
-                    if !self.eat(Tok::Comma) {
-                        break;
-                    }
-                }
-                self.expect(Tok::RBrace, "'}'")?;
-                AttrValue::Bools(v)
-            }
+            K::Bools => AttrValue::Bools(self.braced_list(Self::bool_value)?),
             K::Idents => AttrValue::Idents(self.ident_list()?),
             K::Comp => AttrValue::Comp(self.comp_ref()?),
             K::CompOrComps => {
@@ -273,20 +262,11 @@ impl<'a> Parser<'a> {
                 }
             }
             K::Comps => AttrValue::Comps(self.comp_list()?),
-            K::Instrs => {
-                self.expect(Tok::LBrace, "'{'")?;
-                let mut v = Vec::new();
-                while !matches!(self.tok.tok, Tok::RBrace) {
-                    let t = self.tok;
-                    let n = self.name()?;
-                    v.push(self.lookup(n, &t)?);
-                    if !self.eat(Tok::Comma) {
-                        break;
-                    }
-                }
-                self.expect(Tok::RBrace, "'}'")?;
-                AttrValue::Instrs(v)
-            }
+            K::Instrs => AttrValue::Instrs(self.braced_list(|p| {
+                let t = p.tok;
+                let n = p.name()?;
+                p.lookup(n, &t)
+            })?),
             K::Window => AttrValue::Window(self.window()?),
             K::Slice => AttrValue::Slice(self.slice_attr()?),
             K::Padding => AttrValue::Padding(self.padding_attr()?),
@@ -314,20 +294,11 @@ impl<'a> Parser<'a> {
                 s.fill_default_layouts();
                 AttrValue::Shape(Box::new(s))
             }
-            K::Shapes => {
-                self.expect(Tok::LBrace, "'{'")?;
-                let mut v = Vec::new();
-                while !matches!(self.tok.tok, Tok::RBrace) {
-                    let mut s = self.shape()?;
-                    s.fill_default_layouts();
-                    v.push(s);
-                    if !self.eat(Tok::Comma) {
-                        break;
-                    }
-                }
-                self.expect(Tok::RBrace, "'}'")?;
-                AttrValue::Shapes(v)
-            }
+            K::Shapes => AttrValue::Shapes(self.braced_list(|p| {
+                let mut s = p.shape()?;
+                s.fill_default_layouts();
+                Ok(s)
+            })?),
             K::Literal => {
                 let mut s = self.shape()?;
                 s.fill_default_layouts();
@@ -419,10 +390,18 @@ impl<'a> Parser<'a> {
     }
 
     pub(super) fn comp_list(&mut self) -> PResult<Vec<CompId>> {
+        self.braced_list(Self::comp_ref)
+    }
+
+    /// `{item, item, ...}` (possibly empty).
+    pub(super) fn braced_list<T>(
+        &mut self,
+        mut item: impl FnMut(&mut Self) -> PResult<T>,
+    ) -> PResult<Vec<T>> {
         self.expect(Tok::LBrace, "'{'")?;
         let mut v = Vec::new();
         while !matches!(self.tok.tok, Tok::RBrace) {
-            v.push(self.comp_ref()?);
+            v.push(item(self)?);
             if !self.eat(Tok::Comma) {
                 break;
             }
