@@ -3,6 +3,7 @@
 //! Output meant for pipes goes to stdout; diagnostics and progress go to stderr.
 //! Exit codes: 0 success, 1 any error (including usage errors) — never another code.
 
+mod analyze;
 mod check;
 mod chips;
 mod demo;
@@ -39,6 +40,8 @@ enum Cmd {
     Demo(demo::Args),
     /// List the hardware database (TPU generations and GPUs)
     Chips(chips::Args),
+    /// Predict the step time of a module on one device of a chip (roofline per op)
+    Analyze(analyze::Args),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Cmd::Fmt(args) => fmt::run(&args),
         Cmd::Demo(args) => demo::run(&args),
         Cmd::Chips(args) => chips::run(&args),
+        Cmd::Analyze(args) => analyze::run(&args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

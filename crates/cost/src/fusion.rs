@@ -1,7 +1,7 @@
 //! Fusion: compute from the fused instructions, bytes at the boundary.
 
 use crate::size::{elements_in, leaves_size, shape_size};
-use crate::{computation_props, users_in, Props};
+use crate::{computation_props, users_in, Props, Users};
 use tpusim_hlo::{CompId, InstrId, Module, Opcode, Shape};
 
 /// Constants with more elements than this are read from memory by a fusion
@@ -63,7 +63,7 @@ fn large_constant_bytes(m: &Module, c: CompId) -> f32 {
 
 /// Bytes a fusion reads through one parameter (tuple parameters through the
 /// get-tuple-elements that pick each leaf).
-fn param_bytes(m: &Module, users: &[Vec<InstrId>], param: InstrId) -> f32 {
+fn param_bytes(m: &Module, users: &Users, param: InstrId) -> f32 {
     if !m.instr(param).shape.is_tuple() {
         return read_bytes(m, users, param);
     }
@@ -99,7 +99,7 @@ fn leaf_indices(s: &Shape, prefix: &mut Vec<i64>, f: &mut dyn FnMut(&[i64])) {
 
 /// `FusionParameterReadBytes`: slices read only what they produce; other
 /// plain users share one full read.
-fn read_bytes(m: &Module, users: &[Vec<InstrId>], hlo: InstrId) -> f32 {
+fn read_bytes(m: &Module, users: &Users, hlo: InstrId) -> f32 {
     let own = shape_size(&m.instr(hlo).shape);
     let mut size = 0.0;
     let mut shared = false;
@@ -136,7 +136,7 @@ fn slice_like_read(m: &Module, hlo: InstrId, u: InstrId, shared: &mut bool) -> f
 /// users (not the nested computation) when the parameter is the nested
 /// root's first operand ("simple"), otherwise recurses once per user; a
 /// nested fusion without users reads nothing.
-fn nested_fusion_reads(m: &Module, users: &[Vec<InstrId>], fusion: InstrId, hlo: InstrId) -> f32 {
+fn nested_fusion_reads(m: &Module, users: &Users, fusion: InstrId, hlo: InstrId) -> f32 {
     let f = m.instr(fusion);
     let Some(&inner) = f.called_computations().first() else {
         return 0.0;

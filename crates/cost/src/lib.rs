@@ -20,6 +20,7 @@ mod geometry;
 mod rules;
 mod size;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::{CompId, InstrId, Module};
 
 /// Module totals, as XLA's `HloCostAnalysis` reports them.
@@ -106,7 +107,9 @@ pub(crate) fn computation_props(m: &Module, c: CompId) -> Props {
 fn post_order(m: &Module, c: CompId) -> Vec<InstrId> {
     let comp = m.comp(c);
     let users = users_in(m, c);
-    let mut seen = vec![false; m.instrs.len()];
+    // Sized by the computation, not the module: modules have thousands of them.
+    let mut seen: FxHashSet<InstrId> =
+        FxHashSet::with_capacity_and_hasher(comp.instrs.len(), Default::default());
     let mut out = Vec::with_capacity(comp.instrs.len());
     for &id in &comp.instrs {
         if users[id.index()].is_empty() && id != comp.root {
@@ -117,19 +120,17 @@ fn post_order(m: &Module, c: CompId) -> Vec<InstrId> {
     out
 }
 
-fn dfs(m: &Module, start: InstrId, seen: &mut [bool], out: &mut Vec<InstrId>) {
+fn dfs(m: &Module, start: InstrId, seen: &mut FxHashSet<InstrId>, out: &mut Vec<InstrId>) {
     // Iterative, since corpus graphs can be deep enough to overflow a stack.
     let mut stack = vec![(start, 0usize)];
-    if seen[start.index()] {
+    if !seen.insert(start) {
         return;
     }
-    seen[start.index()] = true;
     while let Some((id, next)) = stack.pop() {
         let ops = &m.instr(id).operands;
         if let Some(&op) = ops.get(next) {
             stack.push((id, next + 1));
-            if !seen[op.index()] {
-                seen[op.index()] = true;
+            if seen.insert(op) {
                 stack.push((op, 0));
             }
         } else {
@@ -139,16 +140,26 @@ fn dfs(m: &Module, start: InstrId, seen: &mut [bool], out: &mut Vec<InstrId>) {
 }
 
 /// Users of each instruction of `c` (each user once, in text order), indexed
-/// by instruction id.
-pub(crate) fn users_in(m: &Module, c: CompId) -> Vec<Vec<InstrId>> {
-    let mut users: Vec<Vec<InstrId>> = vec![Vec::new(); m.instrs.len()];
+/// by instruction index (`users[id.index()]`; empty for instructions without users).
+pub(crate) fn users_in(m: &Module, c: CompId) -> Users {
+    let mut users: FxHashMap<usize, Vec<InstrId>> = FxHashMap::default();
     for &id in &m.comp(c).instrs {
         for &op in &m.instr(id).operands {
-            let u = &mut users[op.index()];
+            let u = users.entry(op.index()).or_default();
             if u.last() != Some(&id) {
                 u.push(id);
             }
         }
     }
-    users
+    Users(users)
+}
+
+/// Users per instruction of one computation (see [`users_in`]).
+pub(crate) struct Users(FxHashMap<usize, Vec<InstrId>>);
+
+impl std::ops::Index<usize> for Users {
+    type Output = [InstrId];
+    fn index(&self, instr: usize) -> &[InstrId] {
+        self.0.get(&instr).map_or(&[], Vec::as_slice)
+    }
 }

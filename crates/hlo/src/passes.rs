@@ -124,6 +124,12 @@ fn fuse_computation(
 fn plan_groups(m: &Module, c: CompId) -> Vec<Vec<InstrId>> {
     let comp = m.comp(c);
     let users = users_in(m, comp);
+    let position: FxHashMap<InstrId, usize> = comp
+        .instrs
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| (i, k))
+        .collect();
     let mut taken: FxHashSet<InstrId> = FxHashSet::default();
     let mut groups = Vec::new();
     for &root in comp.instrs.iter().rev() {
@@ -160,12 +166,8 @@ fn plan_groups(m: &Module, c: CompId) -> Vec<Vec<InstrId>> {
             continue;
         }
         taken.extend(members.iter().copied());
-        let ordered: Vec<InstrId> = comp
-            .instrs
-            .iter()
-            .copied()
-            .filter(|i| members.contains(i))
-            .collect();
+        let mut ordered: Vec<InstrId> = members.into_iter().collect();
+        ordered.sort_by_key(|i| position[i]);
         groups.push(ordered);
     }
     groups

@@ -1,0 +1,188 @@
+//! `tpusim analyze`: single-device performance of a module on one chip.
+
+use crate::input;
+use crate::out;
+use crate::render::table;
+use anyhow::Result;
+use tpusim_perf::{Analysis, Bound};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// HLO text file (`-` for stdin); every module in it is analyzed
+    file: String,
+    /// Chip to simulate (see `tpusim chips` for the ids)
+    #[arg(long, value_name = "NAME")]
+    chip: String,
+    /// Print the analysis as JSON (an array when the file holds several modules)
+    #[arg(long)]
+    json: bool,
+}
+
+/// Rows of the op table.
+const TOP_OPS: usize = 15;
+
+pub fn run(args: &Args) -> Result<bool> {
+    let chip = tpusim_arch::by_id(&args.chip)?;
+    let modules = input::load(&args.file)?;
+    let analyses: Vec<Analysis> = modules
+        .iter()
+        .map(|(m, _)| tpusim_perf::analyze(m, &chip))
+        .collect();
+    if args.json {
+        let text = match analyses.as_slice() {
+            [one] => serde_json::to_string_pretty(one)?,
+            many => serde_json::to_string_pretty(many)?,
+        };
+        out::line(text);
+        return Ok(true);
+    }
+    for (k, a) in analyses.iter().enumerate() {
+        if k > 0 {
+            out::line("");
+        }
+        report(a, &chip.name);
+    }
+    Ok(true)
+}
+
+fn report(a: &Analysis, chip_name: &str) {
+    out::line(format!(
+        "{} on {chip_name} ({} device)",
+        a.module, a.devices
+    ));
+    out::line(format!("  step time        {}", seconds(a.step_time_s)));
+    out::line(format!(
+        "  flops            {:.4e} (XLA static count: {:.4e})",
+        a.flops, a.xla_cost.flops
+    ));
+    out::line(format!(
+        "  transcendentals  {:.4e} (XLA static count: {:.4e})",
+        a.transcendentals, a.xla_cost.transcendentals
+    ));
+    out::line(format!(
+        "  bytes accessed   {:.4e} (XLA static count: {:.4e})",
+        a.bytes_accessed, a.xla_cost.bytes_accessed
+    ));
+    out::line(format!(
+        "  MFU              {:.1}% of {} peak ({})",
+        100.0 * a.mfu,
+        a.mfu_dtype.name(),
+        rate(a.peak_flops_per_s, "FLOP/s")
+    ));
+    let pct = |t: f64| {
+        if a.step_time_s > 0.0 {
+            100.0 * t / a.step_time_s
+        } else {
+            0.0
+        }
+    };
+    let by_bound: Vec<String> = a
+        .time_by_bound
+        .iter()
+        .map(|(b, t)| format!("{} {:.1}%", b.name(), pct(*t)))
+        .collect();
+    out::line(format!("  time by bound    {}", by_bound.join(", ")));
+    let mut cats: Vec<_> = a.time_by_category.iter().collect();
+    cats.sort_by(|x, y| y.1.total_cmp(x.1));
+    let by_cat: Vec<String> = cats
+        .iter()
+        .map(|(c, t)| format!("{} {:.1}%", c.name(), pct(**t)))
+        .collect();
+    out::line(format!("  time by category {}", by_cat.join(", ")));
+    if !a.assumptions.is_empty() {
+        out::line("assumptions:");
+        for s in &a.assumptions {
+            out::line(format!("  - {s}"));
+        }
+    }
+    if a.ops.is_empty() {
+        out::line("no ops to time");
+    } else {
+        let mut t = table(&[
+            "op",
+            "category",
+            "runs",
+            "time",
+            "% step",
+            "FLOP/s",
+            "HBM B/s",
+            "FLOP/byte",
+            "bound",
+        ]);
+        for o in a.ops.iter().take(TOP_OPS) {
+            let per_s = |x: f64| if o.time_s > 0.0 { x / o.time_s } else { 0.0 };
+            let ai = o.arithmetic_intensity();
+            t.add_row(vec![
+                o.name.clone(),
+                o.category.name().to_string(),
+                o.occurrences.to_string(),
+                seconds(o.time_s),
+                format!("{:.1}", pct(o.time_s)),
+                rate(per_s(o.flops), "FLOP/s"),
+                rate(per_s(o.bytes_accessed), "B/s"),
+                if ai.is_finite() {
+                    format!("{ai:.1}")
+                } else {
+                    "-".to_string()
+                },
+                bound_name(o.bound).to_string(),
+            ]);
+        }
+        out::line(&t);
+        if a.ops.len() > TOP_OPS {
+            out::line(format!(
+                "({} more ops, {:.1}% of step)",
+                a.ops.len() - TOP_OPS,
+                pct(a.ops[TOP_OPS..].iter().fold(0.0, |s, o| s + o.time_s))
+            ));
+        }
+    }
+    if !a.hints.is_empty() {
+        out::line("hints:");
+        for h in &a.hints {
+            out::line(format!("  - {h}"));
+        }
+    }
+}
+
+fn bound_name(b: Bound) -> &'static str {
+    b.name()
+}
+
+/// `0.00123` -> `1.230 ms`.
+fn seconds(s: f64) -> String {
+    let (v, unit) = if s >= 1.0 {
+        (s, "s")
+    } else if s >= 1e-3 {
+        (s * 1e3, "ms")
+    } else if s >= 1e-6 {
+        (s * 1e6, "µs")
+    } else {
+        (s * 1e9, "ns")
+    };
+    format!("{v:.3} {unit}")
+}
+
+/// `1.97e14`, `"FLOP/s"` -> `197.0 TFLOP/s`.
+fn rate(v: f64, unit: &str) -> String {
+    const PREFIXES: [(f64, &str); 5] =
+        [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
+    for (scale, p) in PREFIXES {
+        if v >= scale {
+            return format!("{:.1} {p}{unit}", v / scale);
+        }
+    }
+    format!("{v:.1} {unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats_units() {
+        assert_eq!(super::seconds(0.00123), "1.230 ms");
+        assert_eq!(super::seconds(2.5e-7), "250.000 ns");
+        assert_eq!(super::rate(1.97e14, "FLOP/s"), "197.0 TFLOP/s");
+        assert_eq!(super::rate(8.2e11, "B/s"), "820.0 GB/s");
+        assert_eq!(super::rate(0.0, "B/s"), "0.0 B/s");
+    }
+}

@@ -1,0 +1,576 @@
+//! tpusim-perf: the single-device performance model.
+//!
+//! Every executed op (a fusion or an unfused instruction) takes
+//! `max(mxu, vpu, hbm) + per-op overhead` on one device, never less than the
+//! physical roofline:
+//! - **MXU**: dots and convolutions, with rows padded to the 8 sublanes and
+//!   contracting/output columns padded to the MXU edge, at the operand type's
+//!   rate (f32 on TPUs as 1, 3 or 6 bf16 passes by `operand_precision`);
+//! - **VPU**: the remaining flops, plus transcendentals at
+//!   [`transcendental_cost`] flops each, at the chip's vector rate;
+//! - **HBM**: bytes accessed (XLA's count at fusion boundaries, from
+//!   `tpusim-cost`) over HBM bandwidth.
+//!
+//! The program runs the entry computation's instructions in order (one
+//! TensorCore, sequential schedule); `while` bodies repeat trip-count times,
+//! `call`s are inlined, a `conditional` takes its longest branch unless its
+//! selector is a constant. Unoptimized modules (no fusion at all) are fused
+//! with `tpusim_hlo::passes::fuse` first.
+//!
+//! Like the other analysis crates, this one never prints and never panics on
+//! a parsed module.
+
+mod op;
+
+pub use op::{
+    is_free, op_time, padded_dim, transcendental_cost, Bound, MatmulInfo, OpTime, SUBLANES,
+};
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use tpusim_arch::{Chip, MatmulDtype};
+use tpusim_hlo::analysis::{while_trip_count, TripCount};
+use tpusim_hlo::literal::{Literal, LiteralData};
+use tpusim_hlo::{CompId, InstrId, Module, OpCategory, Opcode};
+
+/// Coarse op families for the time-by-category breakdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Matmul,
+    Convolution,
+    Elementwise,
+    Reduction,
+    DataMovement,
+    Collective,
+    Other,
+}
+
+impl Category {
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Matmul => "matmul",
+            Category::Convolution => "convolution",
+            Category::Elementwise => "elementwise",
+            Category::Reduction => "reduction",
+            Category::DataMovement => "data movement",
+            Category::Collective => "collective",
+            Category::Other => "other",
+        }
+    }
+}
+
+/// XLA's static totals (each instruction once, loops not multiplied).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct XlaCost {
+    pub flops: f64,
+    pub transcendentals: f64,
+    pub bytes_accessed: f64,
+}
+
+/// One instruction of the program, aggregated over all its executions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpStat {
+    pub name: String,
+    pub opcode: String,
+    pub category: Category,
+    /// Times executed (loop trip counts multiplied in).
+    pub occurrences: u64,
+    /// Totals over all executions.
+    pub flops: f64,
+    pub transcendentals: f64,
+    pub bytes_accessed: f64,
+    pub time_s: f64,
+    pub mxu_time_s: f64,
+    pub vpu_time_s: f64,
+    pub hbm_time_s: f64,
+    pub bound: Bound,
+    /// The op's largest dot or convolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matmul: Option<MatmulInfo>,
+}
+
+impl OpStat {
+    /// Flops per byte of HBM traffic (infinite when it moves no bytes).
+    pub fn arithmetic_intensity(&self) -> f64 {
+        if self.bytes_accessed > 0.0 {
+            self.flops / self.bytes_accessed
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// The performance of one module on one device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Analysis {
+    pub module: String,
+    /// Chip id (`v5e`).
+    pub chip: String,
+    pub devices: u32,
+    pub step_time_s: f64,
+    /// Dynamic totals: every execution counted.
+    pub flops: f64,
+    pub transcendentals: f64,
+    pub bytes_accessed: f64,
+    /// `flops / (step_time_s * peak_flops_per_s)`.
+    pub mfu: f64,
+    /// The matmul rate class MFU is measured against (most matmul flops).
+    pub mfu_dtype: MatmulDtype,
+    pub peak_flops_per_s: f64,
+    pub xla_cost: XlaCost,
+    pub time_by_bound: BTreeMap<Bound, f64>,
+    pub time_by_category: BTreeMap<Category, f64>,
+    /// Whether the module had no fusions and was fused before timing.
+    pub fused_by_tpusim: bool,
+    /// Ops by total time, longest first.
+    pub ops: Vec<OpStat>,
+    pub assumptions: Vec<String>,
+    /// Concrete suggestions drawn from the numbers above.
+    pub hints: Vec<String>,
+}
+
+/// Analyzes `module` on one device of `chip`.
+pub fn analyze(module: &Module, chip: &Chip) -> Analysis {
+    let xla = tpusim_cost::xla_cost(module);
+    let unfused = !module.instrs.iter().any(|i| i.opcode == Opcode::Fusion);
+    let fused;
+    let m = if unfused {
+        let mut copy = module.clone();
+        tpusim_hlo::passes::fuse(&mut copy);
+        fused = copy;
+        &fused
+    } else {
+        module
+    };
+    let mut walk = Walk::new(m, chip);
+    // Trip counts come from the module as written: fusing a loop condition
+    // hides the comparison that the induction-variable analysis reads.
+    walk.trip_counts = module
+        .instrs
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.opcode == Opcode::While)
+        .map(|(k, i)| (i.name.clone(), while_trip_count(module, InstrId(k as u32))))
+        .collect();
+    let mut acc = Acc::default();
+    walk.comp(m.entry, 1, &mut acc, 0);
+    let mut assumptions = walk.assumptions;
+    if unfused {
+        assumptions.push(
+            "module has no fusions (unoptimized HLO): fused with tpusim's simple TPU-style \
+             fusion pass before timing"
+                .to_string(),
+        );
+    }
+    finish(module, chip, acc, xla, unfused, assumptions)
+}
+
+fn finish(
+    module: &Module,
+    chip: &Chip,
+    acc: Acc,
+    xla: tpusim_cost::CostTotals,
+    unfused: bool,
+    assumptions: Vec<String>,
+) -> Analysis {
+    let mut ops = acc.ops;
+    // Folds from +0.0: an empty float `sum()` is -0.0.
+    let total = |f: fn(&OpStat) -> f64| ops.iter().fold(0.0, |t, o| t + f(o));
+    let step_time_s = total(|o| o.time_s);
+    let flops = total(|o| o.flops);
+    let transcendentals = total(|o| o.transcendentals);
+    let bytes_accessed = total(|o| o.bytes_accessed);
+    let mfu_dtype = acc
+        .matmul_flops
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or(MatmulDtype::Bf16, |(d, _)| *d);
+    let peak = chip.peak_flops(mfu_dtype);
+    let mut time_by_bound = BTreeMap::new();
+    let mut time_by_category = BTreeMap::new();
+    for o in &ops {
+        *time_by_bound.entry(o.bound).or_insert(0.0) += o.time_s;
+        *time_by_category.entry(o.category).or_insert(0.0) += o.time_s;
+    }
+    ops.sort_by(|a, b| b.time_s.total_cmp(&a.time_s));
+    let mut a = Analysis {
+        module: module.name.clone(),
+        chip: chip.id.clone(),
+        devices: 1,
+        step_time_s,
+        flops,
+        transcendentals,
+        bytes_accessed,
+        mfu: if step_time_s > 0.0 {
+            flops / (step_time_s * peak)
+        } else {
+            0.0
+        },
+        mfu_dtype,
+        peak_flops_per_s: peak,
+        xla_cost: XlaCost {
+            flops: xla.flops,
+            transcendentals: xla.transcendentals,
+            bytes_accessed: xla.bytes_accessed,
+        },
+        time_by_bound,
+        time_by_category,
+        fused_by_tpusim: unfused,
+        ops,
+        assumptions,
+        hints: Vec::new(),
+    };
+    a.hints = hints(&a, chip);
+    a
+}
+
+/// Totals of a (partial) program walk.
+#[derive(Default)]
+struct Acc {
+    ops: Vec<OpStat>,
+    index: HashMap<String, usize>,
+    matmul_flops: Vec<(MatmulDtype, f64)>,
+}
+
+impl Acc {
+    fn time(&self) -> f64 {
+        self.ops.iter().fold(0.0, |t, o| t + o.time_s)
+    }
+
+    fn merge(&mut self, other: Acc) {
+        for o in other.ops {
+            self.add_stat(o);
+        }
+        for (d, f) in other.matmul_flops {
+            self.add_matmul_flops(d, f);
+        }
+    }
+
+    fn add_matmul_flops(&mut self, d: MatmulDtype, f: f64) {
+        match self.matmul_flops.iter_mut().find(|(x, _)| *x == d) {
+            Some((_, t)) => *t += f,
+            None => self.matmul_flops.push((d, f)),
+        }
+    }
+
+    fn add_stat(&mut self, o: OpStat) {
+        match self.index.get(&o.name) {
+            Some(&k) => {
+                let s = &mut self.ops[k];
+                s.occurrences += o.occurrences;
+                s.flops += o.flops;
+                s.transcendentals += o.transcendentals;
+                s.bytes_accessed += o.bytes_accessed;
+                s.time_s += o.time_s;
+                s.mxu_time_s += o.mxu_time_s;
+                s.vpu_time_s += o.vpu_time_s;
+                s.hbm_time_s += o.hbm_time_s;
+            }
+            None => {
+                self.index.insert(o.name.clone(), self.ops.len());
+                self.ops.push(o);
+            }
+        }
+    }
+}
+
+struct Walk<'a> {
+    m: &'a Module,
+    chip: &'a Chip,
+    cache: HashMap<InstrId, OpTime>,
+    assumptions: Vec<String>,
+    trip_counts: HashMap<String, TripCount>,
+}
+
+/// Nesting limit for calls, loops and branches (recursion is not valid HLO,
+/// but the walk must not overflow on a malformed module).
+const MAX_DEPTH: u32 = 64;
+
+impl<'a> Walk<'a> {
+    fn new(m: &'a Module, chip: &'a Chip) -> Self {
+        Walk {
+            m,
+            chip,
+            cache: HashMap::new(),
+            assumptions: Vec::new(),
+            trip_counts: HashMap::new(),
+        }
+    }
+
+    fn assume(&mut self, s: String) {
+        if !self.assumptions.contains(&s) {
+            self.assumptions.push(s);
+        }
+    }
+
+    fn comp(&mut self, c: CompId, times: u64, acc: &mut Acc, depth: u32) {
+        if depth > MAX_DEPTH {
+            self.assume(format!(
+                "calls nested deeper than {MAX_DEPTH} levels were not timed"
+            ));
+            return;
+        }
+        let m = self.m;
+        for &id in &m.comp(c).instrs {
+            self.instr(id, times, acc, depth);
+        }
+    }
+
+    fn instr(&mut self, id: InstrId, times: u64, acc: &mut Acc, depth: u32) {
+        let m = self.m;
+        let ins = m.instr(id);
+        match ins.opcode {
+            op if is_free(op) => {}
+            Opcode::While => {
+                let trip = self
+                    .trip_counts
+                    .get(&ins.name)
+                    .cloned()
+                    .unwrap_or_else(|| while_trip_count(m, id));
+                let n = match trip {
+                    TripCount::Known(n) | TripCount::Inferred(n) => n,
+                    TripCount::Unknown(why) => {
+                        self.assume(format!(
+                            "while loop {} has an unknown trip count ({why}): assumed 1",
+                            ins.name
+                        ));
+                        1
+                    }
+                };
+                for name in ["body", "condition"] {
+                    if let Some(c) = ins.attr_comp(name) {
+                        self.comp(c, times.saturating_mul(n), acc, depth + 1);
+                    }
+                }
+            }
+            Opcode::Call | Opcode::AsyncStart => {
+                for c in ins.called_computations() {
+                    self.comp(c, times, acc, depth + 1);
+                }
+            }
+            Opcode::Conditional => self.conditional(id, times, acc, depth),
+            _ => self.op(id, times, acc),
+        }
+    }
+
+    fn conditional(&mut self, id: InstrId, times: u64, acc: &mut Acc, depth: u32) {
+        let m = self.m;
+        let ins = m.instr(id);
+        let branches: Vec<CompId> = match (
+            ins.attr_comp("true_computation"),
+            ins.attr_comp("false_computation"),
+        ) {
+            (Some(t), Some(f)) => vec![t, f],
+            _ => ins.called_computations(),
+        };
+        if branches.is_empty() {
+            return;
+        }
+        let selector = ins.operands.first().map(|&o| m.instr(o));
+        let constant = selector
+            .filter(|s| s.opcode == Opcode::Constant)
+            .and_then(|s| match &s.literal {
+                Some(Literal::Array(LiteralData::Pred(v))) => {
+                    v.first().map(|&b| if b { 0 } else { 1 })
+                }
+                Some(Literal::Array(LiteralData::Int(v))) => v.first().map(|&i| {
+                    // An out-of-range index runs the last branch (XLA semantics).
+                    if i < 0 || i as usize >= branches.len() {
+                        branches.len() - 1
+                    } else {
+                        i as usize
+                    }
+                }),
+                _ => None,
+            });
+        if let Some(k) = constant {
+            self.comp(branches[k], times, acc, depth + 1);
+            return;
+        }
+        let mut best: Option<Acc> = None;
+        for &b in &branches {
+            let mut part = Acc::default();
+            self.comp(b, times, &mut part, depth + 1);
+            if best.as_ref().is_none_or(|x| part.time() > x.time()) {
+                best = Some(part);
+            }
+        }
+        if branches.len() > 1 {
+            self.assume(format!(
+                "conditional {} has a data-dependent selector: its longest branch is timed",
+                ins.name
+            ));
+        }
+        if let Some(b) = best {
+            acc.merge(b);
+        }
+    }
+
+    fn op(&mut self, id: InstrId, times: u64, acc: &mut Acc) {
+        let (m, chip) = (self.m, self.chip);
+        let t = self
+            .cache
+            .entry(id)
+            .or_insert_with(|| op_time(m, chip, id))
+            .clone();
+        let ins = m.instr(id);
+        if ins.opcode.category() == OpCategory::Collective || ins.opcode == Opcode::Send {
+            self.assume(format!(
+                "{} ops are timed as local memory traffic only (single-device model, no \
+                 interconnect)",
+                ins.opcode
+            ));
+        }
+        let n = times as f64;
+        for &(d, f) in &t.matmul_flops {
+            acc.add_matmul_flops(d, f * n);
+        }
+        acc.add_stat(OpStat {
+            name: ins.name.clone(),
+            opcode: ins.opcode.name().to_string(),
+            category: category(m, id),
+            occurrences: times,
+            flops: t.flops * n,
+            transcendentals: t.transcendentals * n,
+            bytes_accessed: t.bytes_accessed * n,
+            time_s: t.time_s * n,
+            mxu_time_s: t.mxu_s * n,
+            vpu_time_s: t.vpu_s * n,
+            hbm_time_s: t.hbm_s * n,
+            bound: t.bound.unwrap_or(Bound::Overhead),
+            matmul: t.matmul,
+        });
+    }
+}
+
+/// The category of an op; a fusion takes that of its heaviest content.
+pub fn category(m: &Module, id: InstrId) -> Category {
+    let ins = m.instr(id);
+    if ins.opcode != Opcode::Fusion {
+        return plain_category(ins.opcode);
+    }
+    let mut found: Vec<Category> = Vec::new();
+    let mut stack: Vec<CompId> = ins.called_computations();
+    let mut seen = 0;
+    while let Some(c) = stack.pop() {
+        seen += 1;
+        if seen > 256 {
+            break;
+        }
+        for &j in &m.comp(c).instrs {
+            let i = m.instr(j);
+            if i.opcode == Opcode::Fusion {
+                stack.extend(i.called_computations());
+            } else if !is_free(i.opcode) {
+                found.push(plain_category(i.opcode));
+            }
+        }
+    }
+    [
+        Category::Matmul,
+        Category::Convolution,
+        Category::Collective,
+        Category::Reduction,
+        Category::Elementwise,
+        Category::DataMovement,
+    ]
+    .into_iter()
+    .find(|c| found.contains(c))
+    .unwrap_or(Category::Other)
+}
+
+fn plain_category(op: Opcode) -> Category {
+    match op {
+        Opcode::Dot | Opcode::ScaledDot | Opcode::RaggedDot => Category::Matmul,
+        Opcode::Convolution => Category::Convolution,
+        _ => match op.category() {
+            OpCategory::Unary | OpCategory::Binary | OpCategory::Ternary => Category::Elementwise,
+            OpCategory::Reduction => Category::Reduction,
+            OpCategory::DataMovement => Category::DataMovement,
+            OpCategory::Collective => Category::Collective,
+            _ if op == Opcode::Map => Category::Elementwise,
+            _ => Category::Other,
+        },
+    }
+}
+
+/// Ops a hint may name: the longest ones.
+const HINT_OPS: usize = 15;
+
+/// Concrete, number-backed suggestions.
+pub fn hints(a: &Analysis, chip: &Chip) -> Vec<String> {
+    let mut out = Vec::new();
+    if a.step_time_s <= 0.0 {
+        return out;
+    }
+    let share = |t: f64| 100.0 * t / a.step_time_s;
+    for o in a.ops.iter().take(HINT_OPS) {
+        let Some(mm) = &o.matmul else { continue };
+        if o.bound == Bound::Hbm {
+            out.push(format!(
+                "{} is memory-bound ({:.0} FLOP/byte, {:.1}% of step): on {} a {} matmul \
+                 becomes compute-bound above ~{:.0} FLOP/byte",
+                o.name,
+                o.arithmetic_intensity(),
+                share(o.time_s),
+                chip.id,
+                mm.dtype.name(),
+                chip.ridge_point_flops_per_byte(mm.dtype) / f64::from(mm.passes),
+            ));
+        }
+        // Padding and extra passes cost time only where the MXU is the limit.
+        if o.bound == Bound::Mxu && mm.padding_waste >= 0.01 {
+            let dims: Vec<String> = mm
+                .padded_dims
+                .iter()
+                .map(|(d, p)| format!("dim {d} pads to {p}"))
+                .collect();
+            out.push(format!(
+                "{}: {}: {:.1}% of MXU work wasted",
+                o.name,
+                dims.join(", "),
+                100.0 * mm.padding_waste
+            ));
+        }
+        if o.bound == Bound::Mxu && mm.passes > 1 {
+            out.push(format!(
+                "{}: f32 operands at {} precision take {} bf16 MXU passes; DEFAULT precision \
+                 (or bf16 inputs) would cut its MXU time {}x",
+                o.name,
+                if mm.passes == 3 { "HIGH" } else { "HIGHEST" },
+                mm.passes,
+                mm.passes
+            ));
+        }
+    }
+    let overhead = a
+        .time_by_bound
+        .get(&Bound::Overhead)
+        .copied()
+        .unwrap_or(0.0);
+    if share(overhead) >= 20.0 {
+        let n: u64 = a
+            .ops
+            .iter()
+            .filter(|o| o.bound == Bound::Overhead)
+            .map(|o| o.occurrences)
+            .sum();
+        out.push(format!(
+            "{n} op executions are overhead-bound ({:.1}% of step at {:.2} µs each): fuse small \
+             ops or give each more work",
+            share(overhead),
+            chip.op_overhead_s * 1e6
+        ));
+    }
+    let vpu = a.time_by_bound.get(&Bound::Vpu).copied().unwrap_or(0.0);
+    if share(vpu) >= 20.0 && a.transcendentals > 0.0 {
+        out.push(format!(
+            "{:.1}% of the step is VPU-bound; transcendentals ({:.3e}) cost {} VPU flops each",
+            share(vpu),
+            a.transcendentals,
+            transcendental_cost(chip)
+        ));
+    }
+    out
+}
