@@ -45,7 +45,7 @@ pub fn run(args: &Args) -> Result<bool> {
     Ok(true)
 }
 
-fn report(a: &Analysis, chip_name: &str) {
+pub(crate) fn report(a: &Analysis, chip_name: &str) {
     out::line(format!(
         "{} on {chip_name} ({} device)",
         a.module, a.devices

@@ -1,84 +1,116 @@
-//! `tpusim demo`: the main job. For now it reads a real JAX-generated transformer
-//! train step compiled into the binary, verifies it and prints a readable summary.
-//! Later issues extend it to simulate and report.
+//! `tpusim demo`: the main job. It takes a real JAX training step compiled into
+//! the binary, verifies it, summarizes it, simulates it on a chip and prints the
+//! performance report, writing the same analysis as JSON beside it.
 
 use crate::out;
 use crate::render::{bytes, table};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use tpusim_hlo::summary::summarize;
 
-/// A real module: `jax.jit(train_step).lower(...)` of a small transformer (jax 0.10.2).
-const DEMO_HLO: &str =
-    include_str!("../../../testdata/corpus/jax_generated/transformer_train_step.lowered.hlo");
-const DEMO_NAME: &str = "transformer_train_step.lowered.hlo";
+/// The programs the demo can run: real modules produced by JAX, embedded so the
+/// demo needs no input.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Model {
+    /// A small transformer train step, `jax.jit(...).lower()` (jax 0.10.2), 0.03 MB
+    Transformer,
+    /// Llama 3.1 8B train step, one device of an 8-way SPMD program (XLA benchmark), 3.0 MB
+    #[value(name = "llama3-8b")]
+    Llama3_8b,
+    /// Mixtral 8x7B train step, one device of an 8-way SPMD program (XLA benchmark), 3.9 MB
+    #[value(name = "mixtral-8x7b")]
+    Mixtral8x7b,
+}
+
+impl Model {
+    fn source(self) -> (&'static str, &'static str) {
+        match self {
+            Model::Transformer => (
+                "transformer_train_step.lowered.hlo",
+                include_str!("../../../testdata/corpus/jax_generated/transformer_train_step.lowered.hlo"),
+            ),
+            Model::Llama3_8b => (
+                "hlo_llama31_8b_bf16_1x8.hlo",
+                include_str!("../../../testdata/corpus/xla/zml__xla__xla__tools__benchmarks__hlo__hlo_llama31_8b_bf16_1x8.hlo"),
+            ),
+            Model::Mixtral8x7b => (
+                "hlo_mixtral_8x7b_bf16_1x8.hlo",
+                include_str!("../../../testdata/corpus/xla/zml__xla__xla__tools__benchmarks__hlo__hlo_mixtral_8x7b_bf16_1x8.hlo"),
+            ),
+        }
+    }
+}
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// Which embedded program to simulate
+    #[arg(long, value_enum, default_value = "llama3-8b")]
+    model: Model,
+    /// Chip to simulate (see `tpusim chips`)
+    #[arg(long, default_value = "v5e")]
+    chip: String,
+    /// Where to write the analysis as JSON
+    #[arg(long, value_name = "PATH", default_value = "tpusim-demo.json")]
+    json_out: String,
     /// How many of the largest tensors to list
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 5)]
     top: usize,
 }
 
 pub fn run(args: &Args) -> Result<bool> {
-    let m = match tpusim_hlo::parse_module(DEMO_HLO) {
+    let chip = tpusim_arch::by_id(&args.chip)?;
+    let (name, text) = args.model.source();
+    let m = match tpusim_hlo::parse_module(text) {
         Ok(m) => m,
-        Err(e) => bail!("{}", e.render(DEMO_NAME, DEMO_HLO)),
+        Err(e) => bail!("{}", e.render(name, text)),
     };
     if let Err(errors) = tpusim_hlo::verifier::verify(&m) {
         bail!("embedded module failed verification: {}", errors[0].message);
     }
-    let s = summarize(&m, args.top);
+    print_summary(name, &m, args.top);
+    let analysis = tpusim_perf::analyze(&m, &chip);
+    crate::analyze::report(&analysis, &chip.name);
+    std::fs::write(
+        &args.json_out,
+        serde_json::to_string_pretty(&analysis)? + "\n",
+    )
+    .with_context(|| format!("cannot write {}", args.json_out))?;
     out::line(format_args!(
-        "tpusim demo — {DEMO_NAME} (a real JAX transformer train step, before XLA optimization)\n"
+        "\nanalysis written to {} (schema in README.md); try --chip v6e or --model mixtral-8x7b",
+        args.json_out
+    ));
+    Ok(true)
+}
+
+fn print_summary(name: &str, m: &tpusim_hlo::Module, top: usize) {
+    let s = summarize(m, top);
+    out::line(format_args!(
+        "tpusim demo — {name}, a real JAX program embedded in tpusim\n"
     ));
     out::line(format_args!(
-        "module {}: {} computations, {} instructions, verified ok",
-        s.name, s.computations, s.instructions
-    ));
-    out::line(format_args!(
-        "inputs  {} in {} parameters",
+        "module {}: {} computations, {} instructions, verified ok; inputs {} in {} parameters, outputs {} in {} arrays",
+        s.name,
+        s.computations,
+        s.instructions,
         bytes(s.parameter_bytes()),
-        s.parameters.len()
-    ));
-    out::line(format_args!(
-        "outputs {} in {} arrays\n",
+        s.parameters.len(),
         bytes(s.output_bytes()),
         s.outputs.len()
     ));
-
-    let mut t = table(&["#", "parameter", "shape", "bytes"]);
-    for (i, p) in s.parameters.iter().enumerate() {
-        t.add_row(vec![
-            i.to_string(),
-            p.name.clone(),
-            p.shape.without_layouts().to_string(),
-            bytes(p.bytes),
-        ]);
-    }
-    out::line(format_args!("{t}\n"));
-
-    let mut t = table(&["opcode", "count"]);
-    for (op, n) in s.op_histogram.iter().take(15) {
-        t.add_row(vec![op.clone(), n.to_string()]);
-    }
-    if s.op_histogram.len() > 15 {
-        t.add_row(vec![
-            format!("… {} more opcodes", s.op_histogram.len() - 15),
-            String::new(),
-        ]);
-    }
-    out::line(format_args!("op histogram\n{t}\n"));
-
-    let mut t = table(&["largest tensors", "opcode", "computation", "shape", "bytes"]);
+    let ops: Vec<String> = s
+        .op_histogram
+        .iter()
+        .take(8)
+        .map(|(op, n)| format!("{op} {n}"))
+        .collect();
+    out::line(format_args!("most frequent ops: {}", ops.join(", ")));
+    let mut t = table(&["largest tensors", "opcode", "shape", "bytes"]);
     for x in &s.largest {
         t.add_row(vec![
             x.name.clone(),
             x.opcode.clone(),
-            x.computation.clone(),
             x.shape.without_layouts().to_string(),
             bytes(x.bytes),
         ]);
     }
-    out::line(format_args!("{t}"));
-    Ok(true)
+    out::line(format_args!("{t}\n"));
 }

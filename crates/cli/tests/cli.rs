@@ -145,22 +145,107 @@ fn fmt_prints_canonical_text_that_is_a_fixpoint() {
     assert_eq!(text(&twice.stdout), first);
 }
 
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tpusim-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 #[test]
-fn demo_summarizes_the_embedded_transformer() {
-    let out = tpusim(&["demo"], None);
+fn demo_simulates_a_real_program_and_writes_json() {
+    let json = temp_dir("demo").join("demo.json");
+    let out = tpusim(
+        &[
+            "demo",
+            "--model",
+            "transformer",
+            "--chip",
+            "v6e",
+            "--json-out",
+            json.to_str().unwrap(),
+        ],
+        None,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
     for needle in [
         "module jit_step",
         "verified ok",
-        "parameter",
-        "op histogram",
-        "dot",
         "largest tensors",
-        "f32[4,16,256]",
+        "on TPU v6e",
+        "step time",
+        "MFU",
+        "bound",
+        "dot_general",
     ] {
         assert!(s.contains(needle), "missing {needle:?} in:\n{s}");
     }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["chip"], "v6e");
+    assert!(v["step_time_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn the_default_demo_runs_without_input() {
+    let dir = temp_dir("demo-default");
+    let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .arg("demo")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("jit_train_step on TPU v5e"));
+    assert!(dir.join("tpusim-demo.json").exists());
+}
+
+#[test]
+fn analyze_reports_text_and_documented_json() {
+    let file = testdata("corpus/jax_generated/mlp_grad.compiled.hlo");
+    let out = tpusim(&["analyze", &file, "--chip", "v5e"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("step time") && s.contains("% step") && s.contains("XLA static count"),
+        "{s}"
+    );
+    let json = tpusim(&["analyze", &file, "--chip", "h100", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("valid JSON");
+    for key in [
+        "chip",
+        "devices",
+        "step_time_s",
+        "flops",
+        "transcendentals",
+        "bytes_accessed",
+        "mfu",
+        "xla_cost",
+        "ops",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    for key in ["flops", "transcendentals", "bytes_accessed"] {
+        assert!(v["xla_cost"].get(key).is_some(), "missing xla_cost.{key}");
+    }
+    let op = &v["ops"][0];
+    for key in [
+        "name",
+        "opcode",
+        "category",
+        "occurrences",
+        "flops",
+        "bytes_accessed",
+        "time_s",
+        "bound",
+    ] {
+        assert!(op.get(key).is_some(), "missing ops[].{key}");
+    }
+    let bad = tpusim(&["analyze", &file, "--chip", "v9"], None);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        text(&bad.stderr).contains("v5e"),
+        "the error lists valid chips"
+    );
 }
 
 #[test]
