@@ -11,8 +11,11 @@ pub struct Args {
     /// HLO text file (`-` for stdin); every module in it is analyzed
     file: String,
     /// Chip to simulate (see `tpusim chips` for the ids)
-    #[arg(long, value_name = "NAME")]
-    chip: String,
+    #[arg(long, value_name = "NAME", required_unless_present = "chip_file")]
+    chip: Option<String>,
+    /// Simulate a chip described in a TOML file instead (schema in crates/arch/README.md)
+    #[arg(long, value_name = "FILE", conflicts_with = "chip")]
+    chip_file: Option<String>,
     /// Print the analysis as JSON (an array when the file holds several modules)
     #[arg(long)]
     json: bool,
@@ -22,12 +25,18 @@ pub struct Args {
 const TOP_OPS: usize = 15;
 
 pub fn run(args: &Args) -> Result<bool> {
-    let chip = tpusim_arch::by_id(&args.chip)?;
+    let chip = match (&args.chip, &args.chip_file) {
+        (_, Some(path)) => tpusim_arch::from_path(std::path::Path::new(path))?,
+        (Some(id), None) => tpusim_arch::by_id(id)?,
+        (None, None) => anyhow::bail!("give --chip NAME or --chip-file FILE"),
+    };
     let modules = input::load(&args.file)?;
-    let analyses: Vec<Analysis> = modules
-        .iter()
-        .map(|(m, _)| tpusim_perf::analyze(m, &chip))
-        .collect();
+    let analyses: Vec<Analysis> = crate::progress::with_spinner("simulating", || {
+        modules
+            .iter()
+            .map(|(m, _)| tpusim_perf::analyze(m, &chip))
+            .collect()
+    });
     if args.json {
         let text = match analyses.as_slice() {
             [one] => serde_json::to_string_pretty(one)?,

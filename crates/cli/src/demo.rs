@@ -67,7 +67,7 @@ pub fn run(args: &Args) -> Result<bool> {
         bail!("embedded module failed verification: {}", errors[0].message);
     }
     print_summary(name, &m, args.top);
-    let analysis = tpusim_perf::analyze(&m, &chip);
+    let analysis = crate::progress::with_spinner("simulating", || tpusim_perf::analyze(&m, &chip));
     crate::analyze::report(&analysis, &chip.name);
     std::fs::write(
         &args.json_out,

@@ -10,6 +10,7 @@ mod demo;
 mod fmt;
 mod input;
 mod out;
+mod progress;
 mod render;
 
 use clap::{Parser, Subcommand};

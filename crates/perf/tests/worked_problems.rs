@@ -178,3 +178,55 @@ fn vector_add_h100_measured() {
     check(id, &["N2^30_MEASURED_ms"], big.step_time_s * 1e3);
     assert_eq!(only_op(&big).bound, Bound::Hbm);
 }
+
+#[test]
+fn critical_batch_int8_weights_bf16_compute_v5e() {
+    // bf16 activations x int8 weights, computed in bf16: half the weight bytes,
+    // so the critical batch halves.
+    let crit = critical_batch("v5e", |b| matmul("bf16", "s8", "bf16", b, BIG, BIG));
+    check("roofline-q2-int8-weights-bf16-compute", &[], crit);
+}
+
+#[test]
+fn critical_intensity_fp8_h100() {
+    // The answer is an intensity: with 1-byte weights a batch of B does 2B
+    // FLOPs per weight byte, so the critical intensity is twice the batch.
+    let crit = critical_batch("h100", |b| {
+        matmul("f8e4m3fn", "f8e4m3fn", "bf16", b, BIG, BIG)
+    });
+    check("gpus-critical-intensity", &["h100_fp8"], 2.0 * crit);
+}
+
+#[test]
+fn parameter_load_per_v5e_chip() {
+    // 18.4e9 int8 parameters over a v5e 4x4: each chip streams its 1.15e9 bytes
+    // from HBM once per decode step (a reduction over them is memory-bound).
+    let per_chip = 18_400_000_000u64 / 16;
+    let text = format!(
+        "HloModule load\n\nadd {{\n  a = s8[] parameter(0)\n  b = s8[] parameter(1)\n  ROOT s = s8[] add(a, b)\n}}\n\n\
+         ENTRY e {{\n  p = s8[{per_chip}] parameter(0)\n  z = s8[] constant(0)\n  \
+         ROOT r = s8[] reduce(p, z), dimensions={{0}}, to_apply=add\n}}\n"
+    );
+    let a = run(&text, "v5e");
+    assert_eq!(only_op(&a).bound, Bound::Hbm);
+    check("inference-q3-param-load", &[], a.step_time_s * 1e3);
+}
+
+#[test]
+fn vpu_rate_of_a_v5p_chip() {
+    // A loop fusion doing 200 multiplies per element is VPU-bound; the rate it
+    // achieves (overhead aside) is the chip's vector FLOP/s.
+    let n = 1u64 << 26;
+    let mut body = format!("  x = f32[{n}] parameter(0)\n  m0 = f32[{n}] multiply(x, x)\n");
+    for k in 1..200 {
+        body += &format!("  m{k} = f32[{n}] multiply(m{}, x)\n", k - 1);
+    }
+    let text = format!(
+        "HloModule vpu\n\nf {{\n{body}}}\n\nENTRY e {{\n  p = f32[{n}] parameter(0)\n  \
+         ROOT r = f32[{n}] fusion(p), kind=kLoop, calls=f\n}}\n"
+    );
+    let a = run(&text, "v5p");
+    let op = only_op(&a);
+    assert_eq!(op.bound, Bound::Vpu);
+    check("tpus-vpu-flops-v5p", &[], op.flops / op.vpu_time_s);
+}
