@@ -650,12 +650,7 @@ impl<'a> Parser<'a> {
 
     /// After `[dims]`: an explicit list `0,1,2` or an iota `<=[8]T(1,0)`.
     pub(super) fn device_list(&mut self, dims: &[i64]) -> PResult<DeviceList> {
-        if dims.iter().any(|&d| d <= 0)
-            || dims
-                .iter()
-                .try_fold(1i64, |a, &d| a.checked_mul(d))
-                .is_none_or(|n| n > 1 << 24)
-        {
+        if !plausible_device_grid(dims) {
             return Err(self.err_here(
                 "tile assignment dimensions must be positive and describe at most 2^24 devices",
             ));
@@ -676,12 +671,7 @@ impl<'a> Parser<'a> {
     }
 
     pub(super) fn iota_transpose(&mut self, reshape: &[i64]) -> PResult<Vec<i64>> {
-        if reshape.iter().any(|&d| d <= 0)
-            || reshape
-                .iter()
-                .try_fold(1i64, |a, &d| a.checked_mul(d))
-                .is_none_or(|n| n > 1 << 24)
-        {
+        if !plausible_device_grid(reshape) {
             return Err(self.err_here(
                 "iota reshape dimensions must be positive and describe at most 2^24 devices",
             ));
@@ -790,11 +780,9 @@ impl<'a> Parser<'a> {
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(bad)?
         };
+        let sizes: Vec<i64> = axes.iter().map(|a| a.1).collect();
         if selected.iter().any(|s| !axes.iter().any(|a| a.0 == *s))
-            || axes
-                .iter()
-                .try_fold(1i64, |a, x| a.checked_mul(x.1))
-                .is_none_or(|n| n > 1 << 24)
+            || !plausible_device_grid(&sizes)
         {
             return Err(bad());
         }
@@ -938,4 +926,14 @@ pub fn parse_dim_labels(s: &str) -> Option<ConvDimLabels> {
     };
     let n = l.input_spatial.len();
     (l.kernel_spatial.len() == n && l.output_spatial.len() == n).then_some(l)
+}
+
+/// Positive dimensions describing at most 2^24 devices: anything larger is a
+/// corrupt input, and expanding it would exhaust memory.
+fn plausible_device_grid(dims: &[i64]) -> bool {
+    dims.iter().all(|&d| d > 0)
+        && dims
+            .iter()
+            .try_fold(1i64, |a, &d| a.checked_mul(d))
+            .is_some_and(|n| n <= 1 << 24)
 }
