@@ -25,6 +25,9 @@ pub struct FusionStats {
 /// Computations that are already fused, or that are applied element-wise by
 /// another op (reducers, comparators), are left alone, as are instructions
 /// with control dependencies.
+///
+/// Existing instruction ids stay valid (new instructions and computations are
+/// appended), so analyses of the original module can be looked up by id.
 pub fn fuse(m: &mut Module) -> FusionStats {
     let mut stats = FusionStats::default();
     let mut comp_names: FxHashSet<String> = m.comps.iter().map(|c| c.name.clone()).collect();

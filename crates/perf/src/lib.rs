@@ -145,13 +145,19 @@ pub fn analyze(module: &Module, chip: &Chip) -> Analysis {
     };
     let mut walk = Walk::new(m, chip);
     // Trip counts come from the module as written: fusing a loop condition
-    // hides the comparison that the induction-variable analysis reads.
+    // hides the comparison that the induction-variable analysis reads. The
+    // fusion pass only appends instructions, so a loop keeps its id.
     walk.trip_counts = module
         .instrs
         .iter()
         .enumerate()
         .filter(|(_, i)| i.opcode == Opcode::While)
-        .map(|(k, i)| (i.name.clone(), while_trip_count(module, InstrId(k as u32))))
+        .map(|(k, _)| {
+            (
+                InstrId(k as u32),
+                while_trip_count(module, InstrId(k as u32)),
+            )
+        })
         .collect();
     let mut acc = Acc::default();
     walk.comp(m.entry, 1, &mut acc, 0);
@@ -280,7 +286,7 @@ struct Walk<'a> {
     chip: &'a Chip,
     cache: HashMap<InstrId, OpTime>,
     assumptions: Vec<String>,
-    trip_counts: HashMap<String, TripCount>,
+    trip_counts: HashMap<InstrId, TripCount>,
 }
 
 /// Nesting limit for calls, loops and branches (recursion is not valid HLO,
@@ -325,7 +331,7 @@ impl<'a> Walk<'a> {
             Opcode::While => {
                 let trip = self
                     .trip_counts
-                    .get(&ins.name)
+                    .get(&id)
                     .cloned()
                     .unwrap_or_else(|| while_trip_count(m, id));
                 let n = match trip {
