@@ -12,6 +12,7 @@ mod input;
 mod out;
 mod progress;
 mod render;
+mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -43,6 +44,8 @@ enum Cmd {
     Chips(chips::Args),
     /// Predict the step time of a module on one device of a chip (roofline per op)
     Analyze(analyze::Args),
+    /// Execute a single-device module with the reference interpreter (npz in, npz out)
+    Run(run::Args),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Cmd::Demo(args) => demo::run(&args),
         Cmd::Chips(args) => chips::run(&args),
         Cmd::Analyze(args) => analyze::run(&args),
+        Cmd::Run(args) => run::run(&args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

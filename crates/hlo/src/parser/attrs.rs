@@ -335,6 +335,8 @@ impl<'a> Parser<'a> {
         let t = self.bump();
         match t.tok {
             Tok::Decimal(v) => Ok(v),
+            // `-0` lexes as the integer 0; as a float it keeps its sign (XLA prints -0.0 as `-0`).
+            Tok::Int(0) if self.lex.source().as_bytes().get(t.start) == Some(&b'-') => Ok(-0.0),
             Tok::Int(v) => Ok(v as f64),
             Tok::UInt64(v) => Ok(v as f64),
             Tok::Ident("inf") => Ok(f64::INFINITY),

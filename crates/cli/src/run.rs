@@ -1,0 +1,98 @@
+//! `tpusim run`: execute a single-device module with the reference interpreter.
+
+use crate::input;
+use crate::out;
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::time::Instant;
+use tpusim_hlo::Shape;
+use tpusim_interp::{npz, Value};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// HLO text file (`-` for stdin) holding one module
+    file: String,
+    /// Arguments as an .npz archive with arrays arg0..argN (bf16/f16 as uint16 bits, f8 as uint8)
+    #[arg(long, value_name = "IN.npz", conflicts_with = "random_inputs")]
+    inputs: Option<String>,
+    /// Use deterministic pseudo-random arguments from this seed instead of --inputs
+    #[arg(long, value_name = "SEED")]
+    random_inputs: Option<u64>,
+    /// Write the flattened results as out0..outM to this .npz archive
+    #[arg(long, value_name = "OUT.npz")]
+    output: Option<String>,
+    /// Execute N times and print the median `exec_seconds: X` on stderr
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: Option<u32>,
+}
+
+pub fn run(args: &Args) -> Result<bool> {
+    let modules = input::load(&args.file)?;
+    let [(m, _)] = modules.as_slice() else {
+        bail!(
+            "{}: holds {} modules; tpusim run takes exactly one",
+            input::display_name(&args.file),
+            modules.len()
+        );
+    };
+    tpusim_interp::check_single_device(m)?;
+    let shapes: Vec<Shape> = m
+        .entry()
+        .params
+        .iter()
+        .map(|&p| m.instr(p).shape.clone())
+        .collect();
+    let inputs = match (&args.inputs, args.random_inputs) {
+        (Some(path), _) => npz::read_args(Path::new(path), &shapes)?,
+        (None, Some(seed)) => npz::random_args(&shapes, seed)?,
+        (None, None) if shapes.is_empty() => Vec::new(),
+        (None, None) => bail!(
+            "the module takes {} parameters: give --inputs IN.npz or --random-inputs SEED",
+            shapes.len()
+        ),
+    };
+    let repeat = args.repeat.unwrap_or(1) as usize;
+    let mut times = Vec::with_capacity(repeat);
+    let mut results = Vec::new();
+    for _ in 0..repeat {
+        let t = Instant::now();
+        results = tpusim_interp::execute(m, inputs.clone())?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    if args.repeat.is_some() {
+        times.sort_by(f64::total_cmp);
+        eprintln!("exec_seconds: {:.9}", times[times.len() / 2]);
+    }
+    match &args.output {
+        Some(path) => npz::write_outputs(Path::new(path), &results)
+            .with_context(|| format!("cannot write {path}"))?,
+        None => {
+            for (k, v) in results.iter().enumerate() {
+                out::line(format!("out{k}: {}", summary(v)));
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// `f32[2,3] {1, 2, 3, ...}`: the type, dims and the first few values.
+fn summary(v: &Value) -> String {
+    let Ok(a) = v.as_array() else {
+        return "tuple".to_string();
+    };
+    const SHOWN: usize = 8;
+    let dims: Vec<String> = a.dims.iter().map(usize::to_string).collect();
+    let vals: Vec<String> = match &a.data {
+        tpusim_interp::Data::Pred(x) => x.iter().take(SHOWN).map(|b| b.to_string()).collect(),
+        tpusim_interp::Data::I64(x) => x.iter().take(SHOWN).map(|b| b.to_string()).collect(),
+        tpusim_interp::Data::U64(x) => x.iter().take(SHOWN).map(|b| b.to_string()).collect(),
+        _ => a
+            .to_f64s()
+            .iter()
+            .take(SHOWN)
+            .map(|x| format!("{x}"))
+            .collect(),
+    };
+    let more = if a.len() > SHOWN { ", ..." } else { "" };
+    format!("{}[{}] {{{}{more}}}", a.ty, dims.join(","), vals.join(", "))
+}

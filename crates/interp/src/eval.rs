@@ -1,0 +1,327 @@
+//! Evaluation of computations: walks instructions in text order and dispatches to kernels.
+
+use crate::value::{check_type, Array, Value};
+use crate::{elementwise as ew, ops, InterpError};
+use std::collections::HashMap;
+use std::rc::Rc;
+use tpusim_hlo::literal::{Literal, LiteralData};
+use tpusim_hlo::{CompId, InstrId, Module, OpCategory, Opcode, Shape};
+
+/// Iteration cap for `while` loops.
+pub const MAX_LOOP_ITERATIONS: u64 = 100_000_000;
+
+/// Runs the entry computation of a single-device module on `args` and returns the
+/// flattened leaves of its result.
+pub fn execute(m: &Module, args: Vec<Value>) -> Result<Vec<Value>, InterpError> {
+    check_single_device(m)?;
+    let entry = m.entry();
+    if args.len() != entry.params.len() {
+        return Err(InterpError::BadArgument(format!(
+            "the entry computation takes {} parameters, {} given",
+            entry.params.len(),
+            args.len()
+        )));
+    }
+    for (i, (&p, a)) in entry.params.iter().zip(&args).enumerate() {
+        check_value_shape(&m.instr(p).shape, a)
+            .map_err(|e| InterpError::BadArgument(format!("parameter {i}: {e}")))?;
+    }
+    let args: Vec<Rc<Value>> = args.into_iter().map(Rc::new).collect();
+    let out = Interp { m }.run(m.entry, &args)?;
+    let mut leaves = Vec::new();
+    Rc::unwrap_or_clone(out).into_leaves(&mut leaves);
+    Ok(leaves)
+}
+
+/// Fails with [`InterpError::MultiDevice`] when the module needs several devices.
+pub fn check_single_device(m: &Module) -> Result<(), InterpError> {
+    if m.device_count() > 1 {
+        return Err(InterpError::MultiDevice(m.device_count()));
+    }
+    Ok(())
+}
+
+fn check_value_shape(shape: &Shape, v: &Value) -> Result<(), String> {
+    match (shape, v) {
+        (Shape::Array(s), Value::Array(a)) => {
+            let dims: Vec<usize> = s.dims.iter().map(|&d| d.max(0) as usize).collect();
+            if s.ty != a.ty || dims != a.dims {
+                return Err(format!(
+                    "expected {}{:?}, got {}{:?}",
+                    s.ty, dims, a.ty, a.dims
+                ));
+            }
+            Ok(())
+        }
+        (Shape::Tuple(ss), Value::Tuple(vs)) if ss.len() == vs.len() => ss
+            .iter()
+            .zip(vs)
+            .try_for_each(|(s, v)| check_value_shape(s, v)),
+        _ => Err(format!("value does not match shape {shape}")),
+    }
+}
+
+pub(crate) fn array_dims(
+    shape: &Shape,
+) -> Result<(tpusim_hlo::PrimitiveType, Vec<usize>), InterpError> {
+    let a = shape
+        .as_array()
+        .ok_or_else(|| InterpError::Internal(format!("expected an array shape, found {shape}")))?;
+    check_type(a.ty)?;
+    if a.dims.iter().any(|&d| d < 0) {
+        return Err(InterpError::Unsupported("unbounded dynamic shape".into()));
+    }
+    Ok((a.ty, a.dims.iter().map(|&d| d as usize).collect()))
+}
+
+pub(crate) struct Interp<'m> {
+    pub m: &'m Module,
+}
+
+impl<'m> Interp<'m> {
+    /// Evaluates computation `c` with parameters `args`.
+    pub fn run(&self, c: CompId, args: &[Rc<Value>]) -> Result<Rc<Value>, InterpError> {
+        let comp = self.m.comp(c);
+        if args.len() != comp.params.len() {
+            return Err(InterpError::Internal(format!(
+                "computation '{}' takes {} parameters, {} given",
+                comp.name,
+                comp.params.len(),
+                args.len()
+            )));
+        }
+        let mut env: HashMap<InstrId, Rc<Value>> = HashMap::with_capacity(comp.instrs.len());
+        for &id in &comp.instrs {
+            let ins = self.m.instr(id);
+            let v = if ins.opcode == Opcode::Parameter {
+                let n = ins.parameter_number.unwrap_or(-1);
+                args.get(n as usize)
+                    .cloned()
+                    .ok_or_else(|| InterpError::Internal(format!("bad parameter number {n}")))?
+            } else {
+                let ops: Vec<Rc<Value>> = ins
+                    .operands
+                    .iter()
+                    .map(|o| {
+                        env.get(o).cloned().ok_or_else(|| {
+                            InterpError::Internal(format!(
+                                "operand of '{}' used before definition",
+                                ins.name
+                            ))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+                self.eval(id, &ops).map_err(|e| e.at(&ins.name))?
+            };
+            env.insert(id, v);
+        }
+        env.remove(&comp.root)
+            .ok_or_else(|| InterpError::Internal(format!("root of '{}' not evaluated", comp.name)))
+    }
+
+    fn comp_attr(&self, id: InstrId, name: &str) -> Result<CompId, InterpError> {
+        self.m
+            .instr(id)
+            .attr_comp(name)
+            .ok_or_else(|| InterpError::Internal(format!("missing attribute {name}")))
+    }
+
+    fn eval(&self, id: InstrId, ops: &[Rc<Value>]) -> Result<Rc<Value>, InterpError> {
+        let ins = self.m.instr(id);
+        let arr = |i: usize| -> Result<&Array, InterpError> {
+            ops.get(i)
+                .ok_or_else(|| InterpError::Internal(format!("missing operand {i}")))?
+                .as_array()
+        };
+        let wrap = |a: Array| Ok(Rc::new(Value::Array(a)));
+        match ins.opcode {
+            Opcode::Constant => match &ins.literal {
+                Some(Literal::Elided) => Err(InterpError::ElidedConstant(ins.name.clone())),
+                Some(lit) => Ok(Rc::new(literal_value(lit, &ins.shape)?)),
+                None => Err(InterpError::Internal("constant without literal".into())),
+            },
+            Opcode::Tuple => Ok(Rc::new(Value::Tuple(
+                ops.iter().map(|v| (**v).clone()).collect(),
+            ))),
+            Opcode::GetTupleElement => {
+                let idx = ins.attr_int("index").unwrap_or(0) as usize;
+                match &*ops[0] {
+                    Value::Tuple(t) => t.get(idx).cloned().map(Rc::new).ok_or_else(|| {
+                        InterpError::Internal(format!("tuple index {idx} out of range"))
+                    }),
+                    Value::Array(_) => Err(InterpError::Internal(
+                        "get-tuple-element of an array".into(),
+                    )),
+                }
+            }
+            Opcode::Copy | Opcode::OptBarrier | Opcode::Domain | Opcode::AddDependency => {
+                Ok(ops[0].clone())
+            }
+            Opcode::Call => self.run(self.comp_attr(id, "to_apply")?, ops),
+            Opcode::Fusion => self.run(self.comp_attr(id, "calls")?, ops),
+            Opcode::While => {
+                let cond = self.comp_attr(id, "condition")?;
+                let body = self.comp_attr(id, "body")?;
+                let mut state = ops[0].clone();
+                let mut n = 0u64;
+                loop {
+                    let c = self.run(cond, std::slice::from_ref(&state))?;
+                    if c.as_array()?.scalar_i64()? == 0 {
+                        return Ok(state);
+                    }
+                    n += 1;
+                    if n > MAX_LOOP_ITERATIONS {
+                        return Err(InterpError::LoopLimit(
+                            ins.name.clone(),
+                            MAX_LOOP_ITERATIONS,
+                        ));
+                    }
+                    state = self.run(body, std::slice::from_ref(&state))?;
+                }
+            }
+            Opcode::Conditional => {
+                let sel = arr(0)?;
+                let branches: Vec<CompId> = match ins.attr("branch_computations") {
+                    Some(tpusim_hlo::AttrValue::Comps(cs)) => cs.clone(),
+                    _ => vec![
+                        self.comp_attr(id, "true_computation")?,
+                        self.comp_attr(id, "false_computation")?,
+                    ],
+                };
+                let k = if sel.ty == tpusim_hlo::PrimitiveType::Pred {
+                    // pred: true -> branch 0 (true_computation), false -> branch 1.
+                    if sel.scalar_i64()? != 0 {
+                        0
+                    } else {
+                        1
+                    }
+                } else {
+                    let i = sel.scalar_i64()?;
+                    if i < 0 || i as usize >= branches.len() {
+                        branches.len() - 1
+                    } else {
+                        i as usize
+                    }
+                };
+                let operand = ops
+                    .get(k + 1)
+                    .cloned()
+                    .ok_or_else(|| InterpError::Internal("missing branch operand".into()))?;
+                self.run(branches[k], &[operand])
+            }
+            Opcode::CustomCall => {
+                let target = ins.attr_ident("custom_call_target").unwrap_or("");
+                let identity = matches!(
+                    target,
+                    "Sharding"
+                        | "SPMDFullToShardShape"
+                        | "SPMDShardToFullShape"
+                        | "annotate_device_placement"
+                        | "MoveToHost"
+                        | "MoveToDevice"
+                ) || target.starts_with("xla.sdy.");
+                if identity && ops.len() == 1 {
+                    Ok(ops[0].clone())
+                } else {
+                    Err(InterpError::Unsupported(format!(
+                        "custom-call target '{target}'"
+                    )))
+                }
+            }
+            Opcode::Reduce | Opcode::ReduceWindow => {
+                let inputs: Vec<&Array> =
+                    ops.iter().map(|v| v.as_array()).collect::<Result<_, _>>()?;
+                let to_apply = self.comp_attr(id, "to_apply")?;
+                let outs = if ins.opcode == Opcode::Reduce {
+                    let dims = ins.attr_ints("dimensions").unwrap_or(&[]);
+                    ops::reduce(self, &inputs, dims, to_apply)?
+                } else {
+                    let Some(tpusim_hlo::AttrValue::Window(w)) = ins.attr("window") else {
+                        return Err(InterpError::Internal("reduce-window without window".into()));
+                    };
+                    let out_dims = match &ins.shape {
+                        Shape::Tuple(t) => t.first().map(array_dims).transpose()?.map(|x| x.1),
+                        s => Some(array_dims(s)?.1),
+                    }
+                    .ok_or_else(|| InterpError::Internal("empty reduce-window result".into()))?;
+                    ops::reduce_window(self, &inputs, w, out_dims, to_apply)?
+                };
+                if ins.shape.is_tuple() {
+                    Ok(Rc::new(Value::Tuple(
+                        outs.into_iter().map(Value::Array).collect(),
+                    )))
+                } else {
+                    outs.into_iter()
+                        .next()
+                        .map(|a| Rc::new(Value::Array(a)))
+                        .ok_or_else(|| InterpError::Internal("reduce without result".into()))
+                }
+            }
+            op => {
+                if ins.shape.is_tuple() {
+                    return Err(InterpError::Unsupported(format!("opcode '{}'", op.name())));
+                }
+                let (ty, dims) = array_dims(&ins.shape)?;
+                let a = match op.category() {
+                    OpCategory::Unary if op != Opcode::Convert && op != Opcode::ReducePrecision => {
+                        ew::unary(op, arr(0)?, ty)?
+                    }
+                    OpCategory::Binary => ew::binary(
+                        op,
+                        arr(0)?,
+                        arr(1)?,
+                        ty,
+                        ins.attr_ident("direction"),
+                        ins.attr_ident("type"),
+                    )?,
+                    _ => ops::array_op(self, id, ty, dims, ops)?,
+                };
+                wrap(a)
+            }
+        }
+    }
+}
+
+fn literal_value(lit: &Literal, shape: &Shape) -> Result<Value, InterpError> {
+    match (lit, shape) {
+        (Literal::Tuple(ls), Shape::Tuple(ss)) => Ok(Value::Tuple(
+            ls.iter()
+                .zip(ss)
+                .map(|(l, s)| literal_value(l, s))
+                .collect::<Result<_, _>>()?,
+        )),
+        (Literal::Array(d), Shape::Array(_)) => {
+            let (ty, dims) = array_dims(shape)?;
+            let n: usize = dims.iter().product();
+            let a = match d {
+                LiteralData::Pred(v) => {
+                    Array::from_i64s(ty, dims, &v.iter().map(|&b| b as i64).collect::<Vec<_>>())
+                }
+                LiteralData::Int(v) => Array::from_i64s(ty, dims, v),
+                LiteralData::Float(v) => Array::from_f64s(ty, dims, v),
+                LiteralData::Complex(v) => {
+                    if ty != tpusim_hlo::PrimitiveType::C64 {
+                        return Err(InterpError::Unsupported(format!("element type '{ty}'")));
+                    }
+                    Array::new(
+                        ty,
+                        dims,
+                        crate::Data::C64(v.iter().map(|&(r, i)| (r as f32, i as f32)).collect()),
+                    )
+                }
+                LiteralData::Token => return Err(InterpError::Unsupported("token values".into())),
+            };
+            if a.len() != n {
+                // A scalar written as one value for a whole array is not valid HLO.
+                return Err(InterpError::Internal(format!(
+                    "literal has {} elements, shape needs {n}",
+                    a.len()
+                )));
+            }
+            Ok(Value::Array(a))
+        }
+        _ => Err(InterpError::Internal(
+            "literal does not match its shape".into(),
+        )),
+    }
+}

@@ -1,0 +1,54 @@
+//! tpusim-interp: a reference interpreter for single-device HLO modules.
+//!
+//! Values are dense typed arrays in row-major logical order ([`Array`]) or tuples.
+//! Every op runs as a whole-array kernel; called computations (fusion bodies, call,
+//! while, conditional, reducers) are evaluated recursively. Anything not supported is
+//! an [`InterpError::Unsupported`] naming the opcode or feature, never a wrong answer.
+//!
+//! It must never print, never panic on a verified module, and never depend on the
+//! CLI or the Python bindings.
+
+mod elementwise;
+mod eval;
+pub mod npz;
+mod ops;
+pub mod value;
+
+pub use eval::{check_single_device, execute};
+pub use value::{Array, Data, Value};
+
+/// Why a module could not be executed.
+#[derive(Debug, thiserror::Error)]
+pub enum InterpError {
+    /// An opcode, element type or feature this interpreter does not implement.
+    #[error("unsupported {0} in tpusim run")]
+    Unsupported(String),
+    /// The module needs more than one device.
+    #[error("multi-device execution is not supported yet (module needs {0} devices)")]
+    MultiDevice(i64),
+    /// Wrong arguments for the entry computation.
+    #[error("{0}")]
+    BadArgument(String),
+    /// A constant whose data was elided (`{...}`) in the text.
+    #[error("constant '{0}' has elided data ({{...}}); use the pre-optimisation HLO")]
+    ElidedConstant(String),
+    /// A while loop ran past the iteration cap.
+    #[error("while loop '{0}' exceeded {1} iterations")]
+    LoopLimit(String, u64),
+    /// An npz file could not be read or written.
+    #[error("{0}")]
+    Io(String),
+    /// The module is malformed in a way the verifier did not catch.
+    #[error("internal interpreter error: {0}")]
+    Internal(String),
+}
+
+impl InterpError {
+    /// Wraps a message with the instruction it came from.
+    pub(crate) fn at(self, instr: &str) -> InterpError {
+        match self {
+            InterpError::Internal(m) => InterpError::Internal(format!("{instr}: {m}")),
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Reading arguments from and writing results to NumPy `.npz` archives.
+//!
+//! Dtype mapping (as in the reference cases): bf16 and f16 travel as their `uint16`
+//! bit patterns, except that a real `float16` array is also accepted for f16; f8
+//! types travel as `uint8` bits; everything else maps to the natural NumPy dtype.
+
+use crate::value::{check_type, Array, Data, Value};
+use crate::InterpError;
+use half::{bf16, f16};
+use npyz::WriterBuilder;
+use std::path::Path;
+use tpusim_hlo::{PrimitiveType as T, Shape};
+
+fn io(path: &Path, e: impl std::fmt::Display) -> InterpError {
+    InterpError::Io(format!("{}: {e}", path.display()))
+}
+
+/// The NumPy type string (`<f4`, `|b1`, ...) used to store `ty`.
+pub fn numpy_descr(ty: T) -> Result<&'static str, InterpError> {
+    Ok(match ty {
+        T::Pred => "|b1",
+        T::S8 => "|i1",
+        T::S16 => "<i2",
+        T::S32 => "<i4",
+        T::S64 => "<i8",
+        T::U8 => "|u1",
+        T::U16 => "<u2",
+        T::U32 => "<u4",
+        T::U64 => "<u8",
+        T::F32 => "<f4",
+        T::F64 => "<f8",
+        T::Bf16 | T::F16 => "<u2",
+        T::F8E4M3FN | T::F8E5M2 => "|u1",
+        T::C64 => "<c8",
+        _ => {
+            return Err(InterpError::Unsupported(format!(
+                "npz storage of element type '{ty}'"
+            )))
+        }
+    })
+}
+
+/// Reads `arg0..argN-1` for the parameters of the entry computation with `shapes`.
+pub fn read_args(path: &Path, shapes: &[Shape]) -> Result<Vec<Value>, InterpError> {
+    read_named(path, "arg", shapes)
+}
+
+/// Reads `{prefix}0..{prefix}N-1` with the given array shapes; any other array is an error.
+pub fn read_named(path: &Path, prefix: &str, shapes: &[Shape]) -> Result<Vec<Value>, InterpError> {
+    let mut ar = npyz::npz::NpzArchive::open(path).map_err(|e| io(path, e))?;
+    let names: Vec<String> = ar.array_names().map(str::to_string).collect();
+    let extra: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            n.strip_prefix(prefix)
+                .and_then(|k| k.parse::<usize>().ok())
+                .is_none_or(|k| k >= shapes.len())
+        })
+        .collect();
+    if !extra.is_empty() {
+        return Err(InterpError::BadArgument(format!(
+            "{}: expected {} arrays ({prefix}0..{prefix}{}), but the file also holds {:?}",
+            path.display(),
+            shapes.len(),
+            shapes.len().saturating_sub(1),
+            extra
+        )));
+    }
+    let mut out = Vec::with_capacity(shapes.len());
+    for (i, shape) in shapes.iter().enumerate() {
+        let name = format!("{prefix}{i}");
+        let s = shape.as_array().ok_or_else(|| {
+            InterpError::Unsupported(format!("tuple-shaped parameter {i} from npz"))
+        })?;
+        check_type(s.ty)?;
+        let file = ar.by_name(&name).map_err(|e| io(path, e))?.ok_or_else(|| {
+            InterpError::BadArgument(format!(
+                "{}: missing array '{name}' for parameter {i} ({shape})",
+                path.display()
+            ))
+        })?;
+        let dims: Vec<usize> = file.shape().iter().map(|&d| d as usize).collect();
+        let want: Vec<usize> = s.dims.iter().map(|&d| d.max(0) as usize).collect();
+        if dims != want {
+            return Err(InterpError::BadArgument(format!(
+                "parameter {i} ('{name}'): expected shape {want:?} for {shape}, file has {dims:?}"
+            )));
+        }
+        let descr = match file.dtype() {
+            npyz::DType::Plain(ts) => ts.to_string(),
+            other => {
+                return Err(InterpError::BadArgument(format!(
+                    "parameter {i} ('{name}'): unsupported dtype {}",
+                    other.descr()
+                )))
+            }
+        };
+        let expect = numpy_descr(s.ty)?;
+        let ok = descr == expect || (s.ty == T::F16 && descr == "<f2");
+        if !ok {
+            return Err(InterpError::BadArgument(format!(
+                "parameter {i} ('{name}'): expected dtype {expect} for {}, file has {descr}",
+                s.ty
+            )));
+        }
+        let e = |err| io(path, format!("{name}: {err}"));
+        let data = match (s.ty, descr.as_str()) {
+            (T::Pred, _) => Data::Pred(file.into_vec::<bool>().map_err(e)?),
+            (T::S8, _) => Data::I64(
+                file.into_vec::<i8>()
+                    .map_err(e)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
+            ),
+            (T::S16, _) => Data::I64(
+                file.into_vec::<i16>()
+                    .map_err(e)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
+            ),
+            (T::S32, _) => Data::I64(
+                file.into_vec::<i32>()
+                    .map_err(e)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
+            ),
+            (T::S64, _) => Data::I64(file.into_vec::<i64>().map_err(e)?),
+            (T::U8, _) => Data::U64(
+                file.into_vec::<u8>()
+                    .map_err(e)?
+                    .into_iter()
+                    .map(u64::from)
+                    .collect(),
+            ),
+            (T::U16, _) => Data::U64(
+                file.into_vec::<u16>()
+                    .map_err(e)?
+                    .into_iter()
+                    .map(u64::from)
+                    .collect(),
+            ),
+            (T::U32, _) => Data::U64(
+                file.into_vec::<u32>()
+                    .map_err(e)?
+                    .into_iter()
+                    .map(u64::from)
+                    .collect(),
+            ),
+            (T::U64, _) => Data::U64(file.into_vec::<u64>().map_err(e)?),
+            (T::F32, _) => Data::F32(file.into_vec::<f32>().map_err(e)?),
+            (T::F64, _) => Data::F64(file.into_vec::<f64>().map_err(e)?),
+            (T::Bf16, _) => Data::Bf16(
+                file.into_vec::<u16>()
+                    .map_err(e)?
+                    .into_iter()
+                    .map(bf16::from_bits)
+                    .collect(),
+            ),
+            (T::F16, _) => Data::F16(
+                file.into_vec::<u16>()
+                    .map_err(e)?
+                    .into_iter()
+                    .map(f16::from_bits)
+                    .collect(),
+            ),
+            (T::F8E4M3FN | T::F8E5M2, _) => Data::F8(file.into_vec::<u8>().map_err(e)?),
+            (ty, _) => {
+                return Err(InterpError::Unsupported(format!(
+                    "npz storage of element type '{ty}'"
+                )))
+            }
+        };
+        out.push(Value::Array(Array::new(s.ty, dims, data)));
+    }
+    Ok(out)
+}
+
+/// Writes result leaves as `out0..outM-1`.
+pub fn write_outputs(path: &Path, leaves: &[Value]) -> Result<(), InterpError> {
+    let file = std::fs::File::create(path).map_err(|e| io(path, e))?;
+    let mut w = npyz::npz::NpzWriter::new(std::io::BufWriter::new(file));
+    for (k, v) in leaves.iter().enumerate() {
+        let a = v.as_array()?;
+        let name = format!("out{k}");
+        let shape: Vec<u64> = a.dims.iter().map(|&d| d as u64).collect();
+        let opts =
+            zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        macro_rules! put {
+            ($t:ty, $iter:expr) => {{
+                let mut wr = w
+                    .array::<$t>(&name, opts)
+                    .map_err(|e| io(path, e))?
+                    .default_dtype()
+                    .shape(&shape)
+                    .begin_nd()
+                    .map_err(|e| io(path, e))?;
+                wr.extend($iter).map_err(|e| io(path, e))?;
+                wr.finish().map_err(|e| io(path, e))?;
+            }};
+        }
+        match (&a.data, a.ty) {
+            (Data::Pred(v), _) => put!(bool, v.iter().copied()),
+            (Data::I64(v), T::S8) => put!(i8, v.iter().map(|&x| x as i8)),
+            (Data::I64(v), T::S16) => put!(i16, v.iter().map(|&x| x as i16)),
+            (Data::I64(v), T::S32) => put!(i32, v.iter().map(|&x| x as i32)),
+            (Data::I64(v), T::S64) => put!(i64, v.iter().copied()),
+            (Data::U64(v), T::U8) => put!(u8, v.iter().map(|&x| x as u8)),
+            (Data::U64(v), T::U16) => put!(u16, v.iter().map(|&x| x as u16)),
+            (Data::U64(v), T::U32) => put!(u32, v.iter().map(|&x| x as u32)),
+            (Data::U64(v), T::U64) => put!(u64, v.iter().copied()),
+            (Data::F32(v), _) => put!(f32, v.iter().copied()),
+            (Data::F64(v), _) => put!(f64, v.iter().copied()),
+            (Data::Bf16(v), _) => put!(u16, v.iter().map(|x| x.to_bits())),
+            (Data::F16(v), _) => put!(u16, v.iter().map(|x| x.to_bits())),
+            (Data::F8(v), _) => put!(u8, v.iter().copied()),
+            _ => {
+                return Err(InterpError::Unsupported(format!(
+                    "npz storage of element type '{}'",
+                    a.ty
+                )))
+            }
+        }
+    }
+    w.zip_writer().finish().map_err(|e| io(path, e))?;
+    Ok(())
+}
+
+/// Deterministic pseudo-random arguments for `shapes` (splitmix64 from `seed`):
+/// floats uniform in [-1, 1), ints in [0, 16), pred fair coin.
+pub fn random_args(shapes: &[Shape], seed: u64) -> Result<Vec<Value>, InterpError> {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let a = s.as_array().ok_or_else(|| {
+                InterpError::Unsupported(format!("random values for tuple-shaped parameter {i}"))
+            })?;
+            check_type(a.ty)?;
+            let dims: Vec<usize> = a.dims.iter().map(|&d| d.max(0) as usize).collect();
+            let n: usize = dims.iter().product();
+            let arr = if a.ty.is_float() || a.ty.is_complex() {
+                let v: Vec<f64> = (0..n)
+                    .map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
+                    .collect();
+                Array::from_f64s(a.ty, dims, &v)
+            } else {
+                let m = if a.ty == T::Pred { 2 } else { 16 };
+                let v: Vec<i64> = (0..n).map(|_| (next() % m) as i64).collect();
+                Array::from_i64s(a.ty, dims, &v)
+            };
+            Ok(Value::Array(arr))
+        })
+        .collect()
+}

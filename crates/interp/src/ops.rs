@@ -1,0 +1,860 @@
+//! Whole-array kernels for data movement, dot, select/clamp/convert and reduce.
+
+use crate::elementwise as ew;
+use crate::eval::Interp;
+use crate::value::{elem_count, strides, wrap_signed, wrap_unsigned, Array, Data, Value};
+use crate::InterpError;
+use half::{bf16, f16};
+use std::rc::Rc;
+use tpusim_hlo::attr::AttrValue;
+use tpusim_hlo::{CompId, InstrId, Opcode, PrimitiveType as T, Shape};
+
+fn internal(msg: impl Into<String>) -> InterpError {
+    InterpError::Internal(msg.into())
+}
+
+/// Source linear indices of an affine map: `src = base + Σ i_k * coef_k` over `out_dims`.
+fn affine(out_dims: &[usize], coef: &[isize], base: isize) -> Vec<usize> {
+    let n = elem_count(out_dims);
+    let mut out = Vec::with_capacity(n);
+    if n == 0 {
+        return out;
+    }
+    let rank = out_dims.len();
+    if rank == 0 {
+        out.push(base as usize);
+        return out;
+    }
+    let mut idx = vec![0usize; rank];
+    let mut cur = base;
+    let last = rank - 1;
+    loop {
+        for j in 0..out_dims[last] {
+            out.push((cur + j as isize * coef[last]) as usize);
+        }
+        // advance dims above the last one
+        let mut d = last;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            cur += coef[d];
+            if idx[d] < out_dims[d] {
+                break;
+            }
+            cur -= coef[d] * idx[d] as isize;
+            idx[d] = 0;
+        }
+    }
+}
+
+fn ints(id: InstrId, interp: &Interp, name: &str) -> Result<Vec<i64>, InterpError> {
+    interp
+        .m
+        .instr(id)
+        .attr_ints(name)
+        .map(<[i64]>::to_vec)
+        .ok_or_else(|| internal(format!("missing attribute {name}")))
+}
+
+pub fn transpose(a: &Array, perm: &[usize]) -> Array {
+    let st = strides(&a.dims);
+    let out_dims: Vec<usize> = perm.iter().map(|&p| a.dims[p]).collect();
+    let coef: Vec<isize> = perm.iter().map(|&p| st[p] as isize).collect();
+    let idx = affine(&out_dims, &coef, 0);
+    Array::new(a.ty, out_dims, a.data.take(&idx))
+}
+
+/// Reads the array in the physical order of `minor_to_major` (major first).
+fn physical_perm(mtm: &[i64]) -> Vec<usize> {
+    mtm.iter().rev().map(|&d| d as usize).collect()
+}
+
+fn layout_of(shape: &Shape) -> Result<Option<Vec<i64>>, InterpError> {
+    let a = shape
+        .as_array()
+        .ok_or_else(|| internal("bitcast of a tuple"))?;
+    match &a.layout {
+        None => Ok(None),
+        Some(l) if l.tiles.is_empty() => Ok(Some(l.minor_to_major.clone())),
+        Some(_) => Err(InterpError::Unsupported(
+            "bitcast with a tiled layout".into(),
+        )),
+    }
+}
+
+fn bitcast(
+    interp: &Interp,
+    id: InstrId,
+    a: &Array,
+    ty: T,
+    dims: Vec<usize>,
+) -> Result<Array, InterpError> {
+    if a.ty != ty {
+        return Err(InterpError::Unsupported(
+            "bitcast that changes the element type".into(),
+        ));
+    }
+    if elem_count(&a.dims) != elem_count(&dims) {
+        return Err(internal("bitcast changes the element count"));
+    }
+    let ins = interp.m.instr(id);
+    let src_l = layout_of(interp.m.operand_shape(id, 0))?;
+    let dst_l = layout_of(&ins.shape)?;
+    // Linearise by the operand's physical layout, then read as the result's physical layout.
+    let phys = match src_l {
+        Some(mtm) if mtm.len() == a.dims.len() => transpose(a, &physical_perm(&mtm)),
+        _ => a.clone(),
+    };
+    match dst_l {
+        Some(mtm) if mtm.len() == dims.len() => {
+            let perm = physical_perm(&mtm);
+            let phys_dims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+            let mut inv = vec![0usize; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            Ok(transpose(&Array::new(ty, phys_dims, phys.data), &inv))
+        }
+        _ => Ok(Array::new(ty, dims, phys.data)),
+    }
+}
+
+fn to_bits(a: &Array) -> Vec<u64> {
+    let bits = a.ty.bit_width();
+    match &a.data {
+        Data::Pred(v) => v.iter().map(|&b| b as u64).collect(),
+        Data::I64(v) => v.iter().map(|&x| wrap_unsigned(x as u64, bits)).collect(),
+        Data::U64(v) => v.clone(),
+        Data::F32(v) => v.iter().map(|x| x.to_bits() as u64).collect(),
+        Data::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
+        Data::Bf16(v) => v.iter().map(|x| x.to_bits() as u64).collect(),
+        Data::F16(v) => v.iter().map(|x| x.to_bits() as u64).collect(),
+        Data::F8(v) => v.iter().map(|&x| x as u64).collect(),
+        Data::C64(v) => v
+            .iter()
+            .map(|c| c.0.to_bits() as u64 | ((c.1.to_bits() as u64) << 32))
+            .collect(),
+    }
+}
+
+fn from_bits(ty: T, dims: Vec<usize>, b: &[u64]) -> Array {
+    let bits = ty.bit_width();
+    let data = match ty {
+        T::Pred => Data::Pred(b.iter().map(|&x| x != 0).collect()),
+        T::F32 => Data::F32(b.iter().map(|&x| f32::from_bits(x as u32)).collect()),
+        T::F64 => Data::F64(b.iter().map(|&x| f64::from_bits(x)).collect()),
+        T::Bf16 => Data::Bf16(b.iter().map(|&x| bf16::from_bits(x as u16)).collect()),
+        T::F16 => Data::F16(b.iter().map(|&x| f16::from_bits(x as u16)).collect()),
+        T::F8E4M3FN | T::F8E5M2 => Data::F8(b.iter().map(|&x| x as u8).collect()),
+        T::C64 => Data::C64(
+            b.iter()
+                .map(|&x| (f32::from_bits(x as u32), f32::from_bits((x >> 32) as u32)))
+                .collect(),
+        ),
+        _ if ty.is_unsigned_int() => Data::U64(b.iter().map(|&x| wrap_unsigned(x, bits)).collect()),
+        _ => Data::I64(b.iter().map(|&x| wrap_signed(x as i64, bits)).collect()),
+    };
+    Array::new(ty, dims, data)
+}
+
+fn bitcast_convert(a: &Array, ty: T, dims: Vec<usize>) -> Result<Array, InterpError> {
+    let (src, dst) = (a.ty.bit_width(), ty.bit_width());
+    let b = to_bits(a);
+    if src == dst {
+        return Ok(from_bits(ty, dims, &b));
+    }
+    if !src.is_multiple_of(8) || !dst.is_multiple_of(8) {
+        return Err(InterpError::Unsupported(format!(
+            "bitcast-convert between '{}' and '{ty}'",
+            a.ty
+        )));
+    }
+    if src > dst {
+        // Each source element splits into src/dst chunks, little-endian.
+        let k = (src / dst) as usize;
+        let mask = wrap_unsigned(u64::MAX, dst);
+        let out: Vec<u64> = b
+            .iter()
+            .flat_map(|&x| (0..k).map(move |j| (x >> (j as u32 * dst)) & mask))
+            .collect();
+        Ok(from_bits(ty, dims, &out))
+    } else {
+        let k = (dst / src) as usize;
+        let out: Vec<u64> = b
+            .chunks(k)
+            .map(|c| {
+                c.iter()
+                    .enumerate()
+                    .fold(0u64, |acc, (j, &x)| acc | (x << (j as u32 * src)))
+            })
+            .collect();
+        Ok(from_bits(ty, dims, &out))
+    }
+}
+
+fn scalar_starts(ops: &[Rc<Value>], first: usize) -> Result<Vec<i64>, InterpError> {
+    let rest = &ops[first..];
+    if rest.len() == 1 && rest[0].as_array()?.dims.len() == 1 {
+        return rest[0].as_array()?.to_index_i64s();
+    }
+    rest.iter()
+        .map(|v| Ok(v.as_array()?.to_index_i64s()?.first().copied().unwrap_or(0)))
+        .collect()
+}
+
+fn clamp_starts(
+    starts: &[i64],
+    dims: &[usize],
+    sizes: &[usize],
+) -> Result<Vec<usize>, InterpError> {
+    if starts.len() != dims.len() {
+        return Err(internal("wrong number of start indices"));
+    }
+    Ok(starts
+        .iter()
+        .zip(dims.iter().zip(sizes))
+        .map(|(&s, (&d, &z))| s.clamp(0, (d as i64 - z as i64).max(0)) as usize)
+        .collect())
+}
+
+/// `pad(x, v)`: interior first, then (possibly negative) edge padding.
+pub fn pad(a: &Array, value: &Array, cfg: &[(i64, i64, i64)]) -> Result<Array, InterpError> {
+    if cfg.len() != a.dims.len() {
+        return Err(internal("padding rank mismatch"));
+    }
+    let out_dims: Vec<i64> = a
+        .dims
+        .iter()
+        .zip(cfg)
+        .map(|(&n, &(lo, hi, int))| lo + hi + n as i64 + (n as i64 - 1).max(0) * int)
+        .collect();
+    if out_dims.iter().any(|&d| d < 0) {
+        return Err(internal("negative padded size"));
+    }
+    let out_dims: Vec<usize> = out_dims.iter().map(|&d| d as usize).collect();
+    let n = elem_count(&out_dims);
+    let mut data = value.data.splat(0, n);
+    let ost = strides(&out_dims);
+    let mut src = Vec::new();
+    let mut dst = Vec::new();
+    let total = a.len();
+    let st = strides(&a.dims);
+    'outer: for i in 0..total {
+        let mut off = 0usize;
+        for k in 0..a.dims.len() {
+            let ik = (i / st[k]) % a.dims[k];
+            let p = cfg[k].0 + ik as i64 * (cfg[k].2 + 1);
+            if p < 0 || p >= out_dims[k] as i64 {
+                continue 'outer;
+            }
+            off += p as usize * ost[k];
+        }
+        src.push(i);
+        dst.push(off);
+    }
+    data.put(&dst, &a.data.take(&src))?;
+    Ok(Array::new(a.ty, out_dims, data))
+}
+
+/// Positions `offset + Σ i_k * out_stride_k` of an operand of `dims` inside an output.
+fn placement(dims: &[usize], out_dims: &[usize], starts: &[usize]) -> Vec<usize> {
+    let ost = strides(out_dims);
+    let base: usize = starts.iter().zip(&ost).map(|(s, t)| s * t).sum();
+    let coef: Vec<isize> = ost.iter().map(|&s| s as isize).collect();
+    affine(dims, &coef, base as isize)
+}
+
+pub fn dynamic_slice(a: &Array, starts: &[i64], sizes: &[usize]) -> Result<Array, InterpError> {
+    let s = clamp_starts(starts, &a.dims, sizes)?;
+    let st = strides(&a.dims);
+    let base: usize = s.iter().zip(&st).map(|(x, y)| x * y).sum();
+    let coef: Vec<isize> = st.iter().map(|&x| x as isize).collect();
+    let idx = affine(sizes, &coef, base as isize);
+    Ok(Array::new(a.ty, sizes.to_vec(), a.data.take(&idx)))
+}
+
+pub fn dynamic_update_slice(a: &Array, upd: &Array, starts: &[i64]) -> Result<Array, InterpError> {
+    let s = clamp_starts(starts, &a.dims, &upd.dims)?;
+    let mut out = a.clone();
+    let idx = placement(&upd.dims, &a.dims, &s);
+    out.data.put(&idx, &upd.data)?;
+    Ok(out)
+}
+
+fn dot_dims(interp: &Interp, id: InstrId, name: &str) -> Vec<usize> {
+    interp
+        .m
+        .instr(id)
+        .attr_ints(name)
+        .unwrap_or(&[])
+        .iter()
+        .map(|&d| d as usize)
+        .collect()
+}
+
+/// General dot: transposes both sides to [B, M, K] x [B, K, N] and runs a GEMM.
+#[allow(clippy::too_many_arguments)]
+pub fn dot(
+    lhs: &Array,
+    rhs: &Array,
+    lb: &[usize],
+    lc: &[usize],
+    rb: &[usize],
+    rc: &[usize],
+    ty: T,
+    dims: Vec<usize>,
+) -> Result<Array, InterpError> {
+    let free = |rank: usize, b: &[usize], c: &[usize]| -> Vec<usize> {
+        (0..rank)
+            .filter(|d| !b.contains(d) && !c.contains(d))
+            .collect()
+    };
+    let lf = free(lhs.dims.len(), lb, lc);
+    let rf = free(rhs.dims.len(), rb, rc);
+    let size = |a: &Array, ds: &[usize]| ds.iter().map(|&d| a.dims[d]).product::<usize>();
+    let (bn, m, k, n) = (size(lhs, lb), size(lhs, &lf), size(lhs, lc), size(rhs, &rf));
+    if size(rhs, rc) != k || size(rhs, rb) != bn || bn * m * n != elem_count(&dims) {
+        return Err(internal("dot dimension sizes do not match"));
+    }
+    let lperm: Vec<usize> = lb.iter().chain(&lf).chain(lc).copied().collect();
+    let rperm: Vec<usize> = rb.iter().chain(rc).chain(&rf).copied().collect();
+    let lt = transpose(lhs, &lperm);
+    let rt = transpose(rhs, &rperm);
+    if ty.is_signed_int() || ty.is_unsigned_int() {
+        let as_i64 = |a: &Array| -> Result<Vec<i64>, InterpError> {
+            match &ew::convert(a, T::S64)?.data {
+                Data::I64(v) => Ok(v.clone()),
+                _ => Err(internal("int dot conversion")),
+            }
+        };
+        let (x, y) = (as_i64(&lt)?, as_i64(&rt)?);
+        let mut out = vec![0i64; bn * m * n];
+        for b in 0..bn {
+            for i in 0..m {
+                for p in 0..k {
+                    let xv = x[b * m * k + i * k + p];
+                    for j in 0..n {
+                        let o = &mut out[b * m * n + i * n + j];
+                        *o = o.wrapping_add(xv.wrapping_mul(y[b * k * n + p * n + j]));
+                    }
+                }
+            }
+        }
+        return Ok(Array::from_i64s(ty, dims, &out));
+    }
+    match ty {
+        T::F64 => {
+            let (x, y) = (lt.to_f64s(), rt.to_f64s());
+            let mut out = vec![0f64; bn * m * n];
+            for b in 0..bn {
+                // SAFETY: the slices hold exactly m*k, k*n and m*n elements with the
+                // row-major strides given.
+                unsafe {
+                    matrixmultiply::dgemm(
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        x[b * m * k..].as_ptr(),
+                        k as isize,
+                        1,
+                        y[b * k * n..].as_ptr(),
+                        n as isize,
+                        1,
+                        0.0,
+                        out[b * m * n..].as_mut_ptr(),
+                        n as isize,
+                        1,
+                    );
+                }
+            }
+            Ok(Array::new(ty, dims, Data::F64(out)))
+        }
+        T::F32 | T::Bf16 | T::F16 | T::F8E4M3FN | T::F8E5M2 => {
+            let (x, y) = (lt.to_f32s(), rt.to_f32s());
+            let mut out = vec![0f32; bn * m * n];
+            if k > 0 && m > 0 && n > 0 {
+                for b in 0..bn {
+                    // SAFETY: as above.
+                    unsafe {
+                        matrixmultiply::sgemm(
+                            m,
+                            k,
+                            n,
+                            1.0,
+                            x[b * m * k..].as_ptr(),
+                            k as isize,
+                            1,
+                            y[b * k * n..].as_ptr(),
+                            n as isize,
+                            1,
+                            0.0,
+                            out[b * m * n..].as_mut_ptr(),
+                            n as isize,
+                            1,
+                        );
+                    }
+                }
+            }
+            Ok(Array::from_f32s(ty, dims, out))
+        }
+        _ => Err(InterpError::Unsupported(format!(
+            "dot with result type '{ty}'"
+        ))),
+    }
+}
+
+/// The remaining ops that produce one array.
+pub fn array_op(
+    interp: &Interp,
+    id: InstrId,
+    ty: T,
+    dims: Vec<usize>,
+    ops: &[Rc<Value>],
+) -> Result<Array, InterpError> {
+    let ins = interp.m.instr(id);
+    let arr = |i: usize| -> Result<&Array, InterpError> {
+        ops.get(i)
+            .ok_or_else(|| internal(format!("missing operand {i}")))?
+            .as_array()
+    };
+    match ins.opcode {
+        Opcode::Iota => {
+            let d = ins.attr_int("iota_dimension").unwrap_or(0) as usize;
+            if d >= dims.len() {
+                return Err(internal("iota dimension out of range"));
+            }
+            let st = strides(&dims);
+            let v: Vec<i64> = (0..elem_count(&dims))
+                .map(|i| ((i / st[d]) % dims[d]) as i64)
+                .collect();
+            Ok(Array::from_i64s(ty, dims, &v))
+        }
+        Opcode::Convert => ew::convert(arr(0)?, ty),
+        Opcode::BitcastConvert => bitcast_convert(arr(0)?, ty, dims),
+        Opcode::Reshape => {
+            let a = arr(0)?;
+            if a.len() != elem_count(&dims) {
+                return Err(internal("reshape changes the element count"));
+            }
+            Ok(Array::new(ty, dims, a.data.clone()))
+        }
+        Opcode::Bitcast => bitcast(interp, id, arr(0)?, ty, dims),
+        Opcode::Broadcast => {
+            let a = arr(0)?;
+            let bd = ints(id, interp, "dimensions").unwrap_or_default();
+            if bd.len() != a.dims.len() {
+                return Err(internal(
+                    "broadcast dimensions do not match the operand rank",
+                ));
+            }
+            let st = strides(&a.dims);
+            let mut coef = vec![0isize; dims.len()];
+            for (k, &d) in bd.iter().enumerate() {
+                coef[d as usize] = st[k] as isize;
+            }
+            Ok(Array::new(
+                ty,
+                dims.clone(),
+                a.data.take(&affine(&dims, &coef, 0)),
+            ))
+        }
+        Opcode::Transpose => {
+            let perm: Vec<usize> = ints(id, interp, "dimensions")?
+                .iter()
+                .map(|&d| d as usize)
+                .collect();
+            Ok(transpose(arr(0)?, &perm))
+        }
+        Opcode::Reverse => {
+            let a = arr(0)?;
+            let rd = ints(id, interp, "dimensions")?;
+            let st = strides(&a.dims);
+            let mut base = 0isize;
+            let coef: Vec<isize> = (0..a.dims.len())
+                .map(|k| {
+                    if rd.contains(&(k as i64)) {
+                        base += (a.dims[k].saturating_sub(1) * st[k]) as isize;
+                        -(st[k] as isize)
+                    } else {
+                        st[k] as isize
+                    }
+                })
+                .collect();
+            Ok(Array::new(
+                ty,
+                dims.clone(),
+                a.data.take(&affine(&dims, &coef, base)),
+            ))
+        }
+        Opcode::Slice => {
+            let a = arr(0)?;
+            let Some(AttrValue::Slice(sl)) = ins.attr("slice") else {
+                return Err(internal("slice without slice attribute"));
+            };
+            let st = strides(&a.dims);
+            let base: isize = sl
+                .iter()
+                .zip(&st)
+                .map(|(s, &t)| s.start as isize * t as isize)
+                .sum();
+            let coef: Vec<isize> = sl
+                .iter()
+                .zip(&st)
+                .map(|(s, &t)| s.stride as isize * t as isize)
+                .collect();
+            Ok(Array::new(
+                ty,
+                dims.clone(),
+                a.data.take(&affine(&dims, &coef, base)),
+            ))
+        }
+        Opcode::DynamicSlice => {
+            let sizes: Vec<usize> = ints(id, interp, "dynamic_slice_sizes")?
+                .iter()
+                .map(|&d| d as usize)
+                .collect();
+            dynamic_slice(arr(0)?, &scalar_starts(ops, 1)?, &sizes)
+        }
+        Opcode::DynamicUpdateSlice => {
+            dynamic_update_slice(arr(0)?, arr(1)?, &scalar_starts(ops, 2)?)
+        }
+        Opcode::Concatenate => {
+            let d = ints(id, interp, "dimensions")?
+                .first()
+                .copied()
+                .unwrap_or(0) as usize;
+            let parts: Vec<&Array> = ops.iter().map(|v| v.as_array()).collect::<Result<_, _>>()?;
+            let first = parts.first().ok_or_else(|| internal("empty concatenate"))?;
+            let mut data = first.data.splat_or_empty(elem_count(&dims))?;
+            let mut off = 0usize;
+            for p in &parts {
+                let mut starts = vec![0usize; dims.len()];
+                starts[d] = off;
+                data.put(&placement(&p.dims, &dims, &starts), &p.data)?;
+                off += p.dims[d];
+            }
+            Ok(Array::new(ty, dims, data))
+        }
+        Opcode::Pad => {
+            let Some(AttrValue::Padding(p)) = ins.attr("padding") else {
+                return Err(internal("pad without padding attribute"));
+            };
+            let cfg: Vec<(i64, i64, i64)> = p.iter().map(|d| (d.low, d.high, d.interior)).collect();
+            pad(arr(0)?, arr(1)?, &cfg)
+        }
+        Opcode::Select => {
+            let (p, t, f) = (arr(0)?, arr(1)?, arr(2)?);
+            let Data::Pred(pv) = &p.data else {
+                return Err(internal("select predicate is not pred"));
+            };
+            let n = t.len();
+            let pick: Vec<usize> = (0..n)
+                .filter(|&i| !pv[if pv.len() == 1 { 0 } else { i }])
+                .collect();
+            let mut out = t.clone();
+            out.data.put(&pick, &f.data.take(&pick))?;
+            Ok(out)
+        }
+        Opcode::Clamp => ew::clamp(arr(0)?, arr(1)?, arr(2)?),
+        Opcode::Dot => {
+            let lb = dot_dims(interp, id, "lhs_batch_dims");
+            let lc = dot_dims(interp, id, "lhs_contracting_dims");
+            let rb = dot_dims(interp, id, "rhs_batch_dims");
+            let rc = dot_dims(interp, id, "rhs_contracting_dims");
+            if ins.attr("algorithm").is_some() {
+                return Err(InterpError::Unsupported(
+                    "dot 'algorithm=' attribute".into(),
+                ));
+            }
+            dot(arr(0)?, arr(1)?, &lb, &lc, &rb, &rc, ty, dims)
+        }
+        Opcode::GetDimensionSize => {
+            let d = ins.attr_int("dimensions").unwrap_or(0) as usize;
+            let n = arr(0)?.dims.get(d).copied().unwrap_or(0);
+            Ok(Array::from_i64s(ty, dims, &[n as i64]))
+        }
+        op => Err(InterpError::Unsupported(format!("opcode '{}'", op.name()))),
+    }
+}
+
+impl Data {
+    fn splat_or_empty(&self, n: usize) -> Result<Data, InterpError> {
+        if self.is_empty() {
+            // An empty first operand: build zeros of the same variant.
+            Ok(crate::value::map_data!(self, _v => vec![Default::default(); n]))
+        } else {
+            Ok(self.splat(0, n))
+        }
+    }
+}
+
+/// Recognises reducers `f(a, b) = a OP b` over two scalar parameters.
+fn simple_reducer(interp: &Interp, c: CompId) -> Option<Opcode> {
+    let comp = interp.m.comp(c);
+    if comp.params.len() != 2 {
+        return None;
+    }
+    let root = interp.m.instr(comp.root);
+    let ok = matches!(
+        root.opcode,
+        Opcode::Add
+            | Opcode::Multiply
+            | Opcode::Maximum
+            | Opcode::Minimum
+            | Opcode::And
+            | Opcode::Or
+    );
+    let ps = &comp.params;
+    (ok && root.operands.len() == 2
+        && ((root.operands[0] == ps[0] && root.operands[1] == ps[1])
+            || (root.operands[0] == ps[1] && root.operands[1] == ps[0])))
+        .then_some(root.opcode)
+}
+
+/// For each output element, the input linear indices to fold, in row-major order.
+fn reduce_plan(dims: &[usize], rdims: &[usize]) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let st = strides(dims);
+    let keep: Vec<usize> = (0..dims.len()).filter(|d| !rdims.contains(d)).collect();
+    let out_dims: Vec<usize> = keep.iter().map(|&d| dims[d]).collect();
+    let red_dims: Vec<usize> = rdims.iter().map(|&d| dims[d]).collect();
+    let mut rsorted = rdims.to_vec();
+    rsorted.sort_unstable();
+    let red_dims_sorted: Vec<usize> = rsorted.iter().map(|&d| dims[d]).collect();
+    let _ = red_dims;
+    let outs = affine(
+        &out_dims,
+        &keep.iter().map(|&d| st[d] as isize).collect::<Vec<_>>(),
+        0,
+    );
+    let inner = affine(
+        &red_dims_sorted,
+        &rsorted.iter().map(|&d| st[d] as isize).collect::<Vec<_>>(),
+        0,
+    );
+    (out_dims, outs, inner)
+}
+
+pub fn reduce(
+    interp: &Interp,
+    inputs: &[&Array],
+    dims: &[i64],
+    f: CompId,
+) -> Result<Vec<Array>, InterpError> {
+    if !inputs.len().is_multiple_of(2) || inputs.is_empty() {
+        return Err(internal("reduce takes N inputs and N inits"));
+    }
+    let nv = inputs.len() / 2;
+    let (xs, inits) = inputs.split_at(nv);
+    let rdims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+    let (out_dims, outs, inner) = reduce_plan(&xs[0].dims, &rdims);
+    let groups: Vec<Vec<usize>> = outs
+        .iter()
+        .map(|&o| inner.iter().map(|&r| o + r).collect())
+        .collect();
+    fold_groups(interp, xs, inits, f, out_dims, &groups)
+}
+
+/// `reduce-window`: each output folds the in-bounds window elements, starting from init.
+pub fn reduce_window(
+    interp: &Interp,
+    inputs: &[&Array],
+    window: &tpusim_hlo::attr::Window,
+    out_dims: Vec<usize>,
+    f: CompId,
+) -> Result<Vec<Array>, InterpError> {
+    if !inputs.len().is_multiple_of(2) || inputs.is_empty() {
+        return Err(internal("reduce-window takes N inputs and N inits"));
+    }
+    let nv = inputs.len() / 2;
+    let (xs, inits) = inputs.split_at(nv);
+    let dims = &xs[0].dims;
+    if window.dims.len() != dims.len() || out_dims.len() != dims.len() {
+        return Err(internal("window rank does not match the operand"));
+    }
+    if window
+        .dims
+        .iter()
+        .any(|w| w.reversal || w.stride < 1 || w.base_dilation < 1 || w.window_dilation < 1)
+    {
+        return Err(InterpError::Unsupported(
+            "reduce-window with window reversal or non-positive strides".into(),
+        ));
+    }
+    let st = strides(dims);
+    let wsizes: Vec<usize> = window.dims.iter().map(|w| w.size.max(0) as usize).collect();
+    let ost = strides(&out_dims);
+    let wst = strides(&wsizes);
+    let nw = elem_count(&wsizes);
+    let groups: Vec<Vec<usize>> = (0..elem_count(&out_dims))
+        .map(|o| {
+            (0..nw)
+                .filter_map(|w| {
+                    let mut lin = 0usize;
+                    for k in 0..dims.len() {
+                        let wd = &window.dims[k];
+                        let p = ((o / ost[k]) % out_dims[k]) as i64;
+                        let wk = ((w / wst[k]) % wsizes[k]) as i64;
+                        let mut b = p * wd.stride + wk * wd.window_dilation - wd.padding_low;
+                        if wd.base_dilation > 1 {
+                            if b.rem_euclid(wd.base_dilation) != 0 {
+                                return None;
+                            }
+                            b = b.div_euclid(wd.base_dilation);
+                        }
+                        if b < 0 || b >= dims[k] as i64 {
+                            return None;
+                        }
+                        lin += b as usize * st[k];
+                    }
+                    Some(lin)
+                })
+                .collect()
+        })
+        .collect();
+    fold_groups(interp, xs, inits, f, out_dims, &groups)
+}
+
+/// Folds `xs[groups[o]]` into output element `o` for every output, starting from init.
+fn fold_groups(
+    interp: &Interp,
+    xs: &[&Array],
+    inits: &[&Array],
+    f: CompId,
+    out_dims: Vec<usize>,
+    groups: &[Vec<usize>],
+) -> Result<Vec<Array>, InterpError> {
+    let nv = xs.len();
+    if nv == 1 {
+        if let Some(op) = simple_reducer(interp, f) {
+            return Ok(vec![fast_reduce(op, xs[0], inits[0], &out_dims, groups)?]);
+        }
+    }
+    // General path: fold with the computation, one scalar at a time.
+    let mut results: Vec<Vec<Value>> = vec![Vec::with_capacity(groups.len()); nv];
+    let scalar =
+        |a: &Array, i: usize| Rc::new(Value::Array(Array::new(a.ty, vec![], a.data.take(&[i]))));
+    for g in groups {
+        let mut acc: Vec<Rc<Value>> = inits.iter().map(|a| scalar(a, 0)).collect();
+        for &r in g {
+            let mut args = acc.clone();
+            args.extend(xs.iter().map(|a| scalar(a, r)));
+            let v = interp.run(f, &args)?;
+            acc = match &*v {
+                Value::Tuple(t) => t.iter().map(|x| Rc::new(x.clone())).collect(),
+                Value::Array(_) => vec![v],
+            };
+            if acc.len() != nv {
+                return Err(internal("reducer returned the wrong number of values"));
+            }
+        }
+        for (k, a) in acc.into_iter().enumerate() {
+            results[k].push((*a).clone());
+        }
+    }
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(k, vals)| {
+            let parts: Vec<&Data> = vals
+                .iter()
+                .map(|v| v.as_array().map(|a| &a.data))
+                .collect::<Result<_, _>>()?;
+            let data = if parts.is_empty() {
+                inits[k].data.take(&[])
+            } else {
+                Data::concat(&parts)?
+            };
+            let ty = vals
+                .first()
+                .map(|v| v.as_array().map(|a| a.ty))
+                .transpose()?
+                .unwrap_or(inits[k].ty);
+            Ok(Array::new(ty, out_dims.clone(), data))
+        })
+        .collect()
+}
+
+fn fast_reduce(
+    op: Opcode,
+    x: &Array,
+    init: &Array,
+    out_dims: &[usize],
+    groups: &[Vec<usize>],
+) -> Result<Array, InterpError> {
+    let dims = out_dims.to_vec();
+    macro_rules! fold {
+        ($v:expr, $i:expr, $f:expr) => {{
+            let f = $f;
+            groups
+                .iter()
+                .map(|g| g.iter().fold($i, |acc, &r| f(acc, $v[r])))
+                .collect::<Vec<_>>()
+        }};
+    }
+    let bits = x.ty.bit_width();
+    Ok(match (&x.data, &init.data) {
+        (Data::F64(v), Data::F64(i)) => {
+            let f: fn(f64, f64) -> f64 = match op {
+                Opcode::Add => |a, b| a + b,
+                Opcode::Multiply => |a, b| a * b,
+                Opcode::Maximum => ew::fmax,
+                Opcode::Minimum => ew::fmin,
+                _ => {
+                    return Err(InterpError::Unsupported(format!(
+                        "reduce with '{}' on f64",
+                        op.name()
+                    )))
+                }
+            };
+            Array::new(x.ty, dims, Data::F64(fold!(v, i[0], f)))
+        }
+        (Data::I64(v), Data::I64(i)) => {
+            let r = fold!(v, i[0], |a, b| ew::signed_binary(op, a, b, bits)
+                .unwrap_or(0));
+            Array::new(x.ty, dims, Data::I64(r))
+        }
+        (Data::U64(v), Data::U64(i)) => {
+            let r = fold!(v, i[0], |a, b| ew::unsigned_binary(op, a, b, bits)
+                .unwrap_or(0));
+            Array::new(x.ty, dims, Data::U64(r))
+        }
+        (Data::Pred(v), Data::Pred(i)) => {
+            let f: fn(bool, bool) -> bool = match op {
+                Opcode::And | Opcode::Minimum | Opcode::Multiply => |a, b| a & b,
+                _ => |a, b| a | b,
+            };
+            Array::new(x.ty, dims, Data::Pred(fold!(v, i[0], f)))
+        }
+        (Data::C64(_), _) => return Err(InterpError::Unsupported("reduce on c64".into())),
+        _ => {
+            // f32 and narrower floats: accumulate in f32 per step, rounding like the
+            // element type after each step for narrow types (the evaluator's semantics).
+            let (v, i) = (x.to_f32s(), init.to_f32s());
+            let f: fn(f32, f32) -> f32 = match op {
+                Opcode::Add => |a, b| a + b,
+                Opcode::Multiply => |a, b| a * b,
+                Opcode::Maximum => ew::fmax,
+                Opcode::Minimum => ew::fmin,
+                _ => {
+                    return Err(InterpError::Unsupported(format!(
+                        "reduce with '{}' on {}",
+                        op.name(),
+                        x.ty
+                    )))
+                }
+            };
+            let r = if x.ty == T::F32 {
+                fold!(v, i[0], f)
+            } else {
+                let ty = x.ty;
+                let round = move |y: f32| Array::from_f32s(ty, vec![1], vec![y]).to_f32s()[0];
+                fold!(v, i[0], |a, b| round(f(a, b)))
+            };
+            Array::from_f32s(x.ty, dims, r)
+        }
+    })
+}

@@ -1,0 +1,322 @@
+//! Runtime values: typed dense arrays (row-major, logical order) and tuples.
+
+use crate::InterpError;
+use half::{bf16, f16};
+use tpusim_hlo::types::TypeKind;
+use tpusim_hlo::PrimitiveType as T;
+
+/// Element storage, one natural Rust type per family.
+///
+/// Signed integers of every width live in `I64` (sign-extended and wrapped to their
+/// width), unsigned ones in `U64` (zero-extended and masked). f8 types keep their bits.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    Pred(Vec<bool>),
+    I64(Vec<i64>),
+    U64(Vec<u64>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Bf16(Vec<bf16>),
+    F16(Vec<f16>),
+    /// f8e4m3fn / f8e5m2 bit patterns.
+    F8(Vec<u8>),
+    C64(Vec<(f32, f32)>),
+}
+
+/// Applies `$body` to the vector inside any [`Data`] variant, rebuilding the same variant.
+macro_rules! map_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            Data::Pred($v) => Data::Pred($body),
+            Data::I64($v) => Data::I64($body),
+            Data::U64($v) => Data::U64($body),
+            Data::F32($v) => Data::F32($body),
+            Data::F64($v) => Data::F64($body),
+            Data::Bf16($v) => Data::Bf16($body),
+            Data::F16($v) => Data::F16($body),
+            Data::F8($v) => Data::F8($body),
+            Data::C64($v) => Data::C64($body),
+        }
+    };
+}
+pub(crate) use map_data;
+
+impl Data {
+    pub fn len(&self) -> usize {
+        match self {
+            Data::Pred(v) => v.len(),
+            Data::I64(v) => v.len(),
+            Data::U64(v) => v.len(),
+            Data::F32(v) => v.len(),
+            Data::F64(v) => v.len(),
+            Data::Bf16(v) => v.len(),
+            Data::F16(v) => v.len(),
+            Data::F8(v) => v.len(),
+            Data::C64(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Elements at `idx`, in order.
+    pub fn take(&self, idx: &[usize]) -> Data {
+        map_data!(self, v => idx.iter().map(|&i| v[i]).collect())
+    }
+    /// A vector of `n` copies of element `i`.
+    pub fn splat(&self, i: usize, n: usize) -> Data {
+        map_data!(self, v => vec![v[i]; n])
+    }
+    /// Writes `src[k]` to `self[idx[k]]`. Both must be the same variant.
+    pub fn put(&mut self, idx: &[usize], src: &Data) -> Result<(), InterpError> {
+        macro_rules! put {
+            ($($var:ident),*) => {
+                match (self, src) {
+                    $((Data::$var(d), Data::$var(s)) => {
+                        for (k, &i) in idx.iter().enumerate() {
+                            d[i] = s[k];
+                        }
+                        Ok(())
+                    })*
+                    _ => Err(InterpError::Internal("storage mismatch in put".into())),
+                }
+            };
+        }
+        put!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64)
+    }
+    /// Concatenates same-variant storages.
+    pub fn concat(parts: &[&Data]) -> Result<Data, InterpError> {
+        let first = parts
+            .first()
+            .ok_or_else(|| InterpError::Internal("empty concat".into()))?;
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut out = first.splat_empty(total);
+        for p in parts {
+            out.extend(p)?;
+        }
+        Ok(out)
+    }
+    fn splat_empty(&self, cap: usize) -> Data {
+        map_data!(self, _v => Vec::with_capacity(cap))
+    }
+    fn extend(&mut self, src: &Data) -> Result<(), InterpError> {
+        macro_rules! ext {
+            ($($var:ident),*) => {
+                match (self, src) {
+                    $((Data::$var(d), Data::$var(s)) => { d.extend_from_slice(s); Ok(()) })*
+                    _ => Err(InterpError::Internal("storage mismatch in concat".into())),
+                }
+            };
+        }
+        ext!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64)
+    }
+}
+
+/// A dense array in row-major logical order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Array {
+    pub ty: T,
+    pub dims: Vec<usize>,
+    pub data: Data,
+}
+
+/// A runtime value: an array or a (possibly nested) tuple.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Array(Array),
+    Tuple(Vec<Value>),
+}
+
+impl Value {
+    pub fn as_array(&self) -> Result<&Array, InterpError> {
+        match self {
+            Value::Array(a) => Ok(a),
+            Value::Tuple(_) => Err(InterpError::Internal(
+                "expected an array value, found a tuple".into(),
+            )),
+        }
+    }
+    /// Flattened array leaves, depth first.
+    pub fn into_leaves(self, out: &mut Vec<Value>) {
+        match self {
+            Value::Array(_) => out.push(self),
+            Value::Tuple(t) => t.into_iter().for_each(|v| v.into_leaves(out)),
+        }
+    }
+}
+
+pub fn elem_count(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+/// Row-major strides of `dims`.
+pub fn strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// Checks that the interpreter can hold `ty`, naming it otherwise.
+pub fn check_type(ty: T) -> Result<(), InterpError> {
+    match ty {
+        T::F8E4M3FN | T::F8E5M2 => Ok(()),
+        _ => match ty.kind() {
+            TypeKind::Pred | TypeKind::Signed | TypeKind::Unsigned => Ok(()),
+            TypeKind::Float if matches!(ty, T::F32 | T::F64 | T::Bf16 | T::F16) => Ok(()),
+            _ if ty == T::C64 => Ok(()),
+            _ => Err(InterpError::Unsupported(format!("element type '{ty}'"))),
+        },
+    }
+}
+
+/// Wraps a signed value to `bits` (sign-extending).
+pub fn wrap_signed(v: i64, bits: u32) -> i64 {
+    if bits >= 64 {
+        v
+    } else {
+        let sh = 64 - bits;
+        (v << sh) >> sh
+    }
+}
+
+/// Masks an unsigned value to `bits`.
+pub fn wrap_unsigned(v: u64, bits: u32) -> u64 {
+    if bits >= 64 {
+        v
+    } else {
+        v & ((1u64 << bits) - 1)
+    }
+}
+
+pub fn f8_to_f32(ty: T, b: u8) -> f32 {
+    match ty {
+        T::F8E5M2 => float8::F8E5M2::from_bits(b).to_f32(),
+        _ => float8::F8E4M3::from_bits(b).to_f32(),
+    }
+}
+
+pub fn f32_to_f8(ty: T, x: f32) -> u8 {
+    match ty {
+        T::F8E5M2 => float8::F8E5M2::from_f32(x).to_bits(),
+        _ => float8::F8E4M3::from_f32(x).to_bits(),
+    }
+}
+
+impl Array {
+    pub fn new(ty: T, dims: Vec<usize>, data: Data) -> Array {
+        Array { ty, dims, data }
+    }
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+    /// An array of zeros of `ty`.
+    pub fn zeros(ty: T, dims: Vec<usize>) -> Result<Array, InterpError> {
+        check_type(ty)?;
+        let n = elem_count(&dims);
+        Ok(Array::from_f64s(ty, dims, &vec![0.0; n]))
+    }
+    /// Builds an array of `ty` from f64 values (rounded / truncated as `convert` would).
+    pub fn from_f64s(ty: T, dims: Vec<usize>, v: &[f64]) -> Array {
+        let bits = ty.bit_width();
+        let data = match ty {
+            T::Pred => Data::Pred(v.iter().map(|&x| x != 0.0).collect()),
+            T::F32 => Data::F32(v.iter().map(|&x| x as f32).collect()),
+            T::F64 => Data::F64(v.to_vec()),
+            T::Bf16 => Data::Bf16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            T::F16 => Data::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
+            T::F8E4M3FN | T::F8E5M2 => {
+                Data::F8(v.iter().map(|&x| f32_to_f8(ty, x as f32)).collect())
+            }
+            T::C64 => Data::C64(v.iter().map(|&x| (x as f32, 0.0)).collect()),
+            _ if ty.is_unsigned_int() => {
+                Data::U64(v.iter().map(|&x| wrap_unsigned(x as u64, bits)).collect())
+            }
+            _ => Data::I64(v.iter().map(|&x| wrap_signed(x as i64, bits)).collect()),
+        };
+        Array::new(ty, dims, data)
+    }
+    /// Storage variant for `ty` built from i64 values (wrapping ints; exact small floats).
+    pub fn from_i64s(ty: T, dims: Vec<usize>, v: &[i64]) -> Array {
+        let bits = ty.bit_width();
+        if ty.is_signed_int() {
+            return Array::new(
+                ty,
+                dims,
+                Data::I64(v.iter().map(|&x| wrap_signed(x, bits)).collect()),
+            );
+        }
+        if ty.is_unsigned_int() {
+            return Array::new(
+                ty,
+                dims,
+                Data::U64(v.iter().map(|&x| wrap_unsigned(x as u64, bits)).collect()),
+            );
+        }
+        let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+        Array::from_f64s(ty, dims, &f)
+    }
+    /// Every element as f32 (floats and complex real parts); ints and pred converted.
+    pub fn to_f32s(&self) -> Vec<f32> {
+        match &self.data {
+            Data::Pred(v) => v.iter().map(|&b| b as u8 as f32).collect(),
+            Data::I64(v) => v.iter().map(|&x| x as f32).collect(),
+            Data::U64(v) => v.iter().map(|&x| x as f32).collect(),
+            Data::F32(v) => v.clone(),
+            Data::F64(v) => v.iter().map(|&x| x as f32).collect(),
+            Data::Bf16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            Data::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            Data::F8(v) => v.iter().map(|&b| f8_to_f32(self.ty, b)).collect(),
+            Data::C64(v) => v.iter().map(|x| x.0).collect(),
+        }
+    }
+    /// Every element as f64 (exact for every float type except huge ints).
+    pub fn to_f64s(&self) -> Vec<f64> {
+        match &self.data {
+            Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::U64(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::F64(v) => v.clone(),
+            _ => self.to_f32s().into_iter().map(f64::from).collect(),
+        }
+    }
+    /// Rebuilds an array of narrow float type `ty` from f32 results (round to nearest even).
+    pub fn from_f32s(ty: T, dims: Vec<usize>, v: Vec<f32>) -> Array {
+        let data = match ty {
+            T::F32 => Data::F32(v),
+            T::Bf16 => Data::Bf16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+            T::F16 => Data::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+            T::F8E4M3FN | T::F8E5M2 => Data::F8(v.iter().map(|&x| f32_to_f8(ty, x)).collect()),
+            T::F64 => Data::F64(v.into_iter().map(f64::from).collect()),
+            _ => {
+                return Array::from_f64s(ty, dims, &v.iter().map(|&x| x as f64).collect::<Vec<_>>())
+            }
+        };
+        Array::new(ty, dims, data)
+    }
+    /// Integer values of an index operand (signed read as signed).
+    pub fn to_index_i64s(&self) -> Result<Vec<i64>, InterpError> {
+        match &self.data {
+            Data::I64(v) => Ok(v.clone()),
+            Data::U64(v) => Ok(v.iter().map(|&x| x.min(i64::MAX as u64) as i64).collect()),
+            _ => Err(InterpError::Internal(format!(
+                "index operand must be an integer, found {}",
+                self.ty
+            ))),
+        }
+    }
+    /// The single element of a scalar pred/int array as i64.
+    pub fn scalar_i64(&self) -> Result<i64, InterpError> {
+        let v = match &self.data {
+            Data::Pred(v) => v.first().map(|&b| b as i64),
+            Data::I64(v) => v.first().copied(),
+            Data::U64(v) => v.first().map(|&x| x as i64),
+            _ => None,
+        };
+        v.ok_or_else(|| {
+            InterpError::Internal(format!("expected an integer scalar, found {}", self.ty))
+        })
+    }
+}
