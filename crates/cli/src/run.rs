@@ -5,7 +5,6 @@ use crate::out;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Instant;
-use tpusim_hlo::Shape;
 use tpusim_interp::{npz, Value};
 
 #[derive(clap::Args)]
@@ -36,12 +35,7 @@ pub fn run(args: &Args) -> Result<bool> {
         );
     };
     tpusim_interp::check_single_device(m)?;
-    let shapes: Vec<Shape> = m
-        .entry()
-        .params
-        .iter()
-        .map(|&p| m.instr(p).shape.clone())
-        .collect();
+    let shapes = m.entry_parameter_shapes();
     let inputs = match (&args.inputs, args.random_inputs) {
         (Some(path), _) => npz::read_args(Path::new(path), &shapes)?,
         (None, Some(seed)) => npz::random_args(&shapes, seed)?,

@@ -215,6 +215,14 @@ impl Module {
             .map(|c| c.instrs.len())
             .sum()
     }
+    /// Shapes of the entry computation's parameters, in parameter order.
+    pub fn entry_parameter_shapes(&self) -> Vec<Shape> {
+        self.entry()
+            .params
+            .iter()
+            .map(|&p| self.instr(p).shape.clone())
+            .collect()
+    }
     /// Shape of an operand of `id`.
     pub fn operand_shape(&self, id: InstrId, i: usize) -> &Shape {
         &self.instr(self.instr(id).operands[i]).shape

@@ -11,6 +11,14 @@ use npyz::WriterBuilder;
 use std::path::Path;
 use tpusim_hlo::{PrimitiveType as T, Shape};
 
+/// Reads every element as `S` and widens it with `f`.
+fn read_as<R: std::io::Read, S: npyz::Deserialize, D>(
+    file: npyz::NpyFile<R>,
+    f: impl Fn(S) -> D,
+) -> std::io::Result<Vec<D>> {
+    Ok(file.into_vec::<S>()?.into_iter().map(f).collect())
+}
+
 fn io(path: &Path, e: impl std::fmt::Display) -> InterpError {
     InterpError::Io(format!("{}: {e}", path.display()))
 }
@@ -104,70 +112,23 @@ pub fn read_named(path: &Path, prefix: &str, shapes: &[Shape]) -> Result<Vec<Val
             )));
         }
         let e = |err| io(path, format!("{name}: {err}"));
-        let data = match (s.ty, descr.as_str()) {
-            (T::Pred, _) => Data::Pred(file.into_vec::<bool>().map_err(e)?),
-            (T::S8, _) => Data::I64(
-                file.into_vec::<i8>()
-                    .map_err(e)?
-                    .into_iter()
-                    .map(i64::from)
-                    .collect(),
-            ),
-            (T::S16, _) => Data::I64(
-                file.into_vec::<i16>()
-                    .map_err(e)?
-                    .into_iter()
-                    .map(i64::from)
-                    .collect(),
-            ),
-            (T::S32, _) => Data::I64(
-                file.into_vec::<i32>()
-                    .map_err(e)?
-                    .into_iter()
-                    .map(i64::from)
-                    .collect(),
-            ),
-            (T::S64, _) => Data::I64(file.into_vec::<i64>().map_err(e)?),
-            (T::U8, _) => Data::U64(
-                file.into_vec::<u8>()
-                    .map_err(e)?
-                    .into_iter()
-                    .map(u64::from)
-                    .collect(),
-            ),
-            (T::U16, _) => Data::U64(
-                file.into_vec::<u16>()
-                    .map_err(e)?
-                    .into_iter()
-                    .map(u64::from)
-                    .collect(),
-            ),
-            (T::U32, _) => Data::U64(
-                file.into_vec::<u32>()
-                    .map_err(e)?
-                    .into_iter()
-                    .map(u64::from)
-                    .collect(),
-            ),
-            (T::U64, _) => Data::U64(file.into_vec::<u64>().map_err(e)?),
-            (T::F32, _) => Data::F32(file.into_vec::<f32>().map_err(e)?),
-            (T::F64, _) => Data::F64(file.into_vec::<f64>().map_err(e)?),
-            (T::Bf16, _) => Data::Bf16(
-                file.into_vec::<u16>()
-                    .map_err(e)?
-                    .into_iter()
-                    .map(bf16::from_bits)
-                    .collect(),
-            ),
-            (T::F16, _) => Data::F16(
-                file.into_vec::<u16>()
-                    .map_err(e)?
-                    .into_iter()
-                    .map(f16::from_bits)
-                    .collect(),
-            ),
-            (T::F8E4M3FN | T::F8E5M2, _) => Data::F8(file.into_vec::<u8>().map_err(e)?),
-            (ty, _) => {
+        let data = match s.ty {
+            T::Pred => Data::Pred(file.into_vec::<bool>().map_err(e)?),
+            T::S8 => Data::I64(read_as::<_, i8, _>(file, i64::from).map_err(e)?),
+            T::S16 => Data::I64(read_as::<_, i16, _>(file, i64::from).map_err(e)?),
+            T::S32 => Data::I64(read_as::<_, i32, _>(file, i64::from).map_err(e)?),
+            T::S64 => Data::I64(file.into_vec::<i64>().map_err(e)?),
+            T::U8 => Data::U64(read_as::<_, u8, _>(file, u64::from).map_err(e)?),
+            T::U16 => Data::U64(read_as::<_, u16, _>(file, u64::from).map_err(e)?),
+            T::U32 => Data::U64(read_as::<_, u32, _>(file, u64::from).map_err(e)?),
+            T::U64 => Data::U64(file.into_vec::<u64>().map_err(e)?),
+            T::F32 => Data::F32(file.into_vec::<f32>().map_err(e)?),
+            T::F64 => Data::F64(file.into_vec::<f64>().map_err(e)?),
+            // Narrow floats travel as their bit patterns (the jax_cases convention).
+            T::Bf16 => Data::Bf16(read_as::<_, u16, _>(file, bf16::from_bits).map_err(e)?),
+            T::F16 => Data::F16(read_as::<_, u16, _>(file, f16::from_bits).map_err(e)?),
+            T::F8E4M3FN | T::F8E5M2 => Data::F8(file.into_vec::<u8>().map_err(e)?),
+            ty => {
                 return Err(InterpError::Unsupported(format!(
                     "npz storage of element type '{ty}'"
                 )))

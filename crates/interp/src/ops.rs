@@ -284,6 +284,40 @@ pub fn dynamic_update_slice(a: &Array, upd: &Array, starts: &[i64]) -> Result<Ar
     Ok(out)
 }
 
+/// `bn` row-major products `x[b] (m×k) · y[b] (k×n)` with a matrixmultiply kernel.
+macro_rules! batched_gemm {
+    ($gemm:path, $t:ty, $x:expr, $y:expr, $bn:expr, $m:expr, $k:expr, $n:expr) => {{
+        let (x, y, bn, m, k, n): (Vec<$t>, Vec<$t>, usize, usize, usize, usize) =
+            ($x, $y, $bn, $m, $k, $n);
+        let mut out = vec![0 as $t; bn * m * n];
+        if m > 0 && k > 0 && n > 0 {
+            for b in 0..bn {
+                // SAFETY: the slices hold exactly m*k, k*n and m*n elements per
+                // batch with the row-major strides given.
+                unsafe {
+                    $gemm(
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        x[b * m * k..].as_ptr(),
+                        k as isize,
+                        1,
+                        y[b * k * n..].as_ptr(),
+                        n as isize,
+                        1,
+                        0.0,
+                        out[b * m * n..].as_mut_ptr(),
+                        n as isize,
+                        1,
+                    );
+                }
+            }
+        }
+        out
+    }};
+}
+
 fn dot_dims(interp: &Interp, id: InstrId, name: &str) -> Vec<usize> {
     interp
         .m
@@ -347,58 +381,29 @@ pub fn dot(
     }
     match ty {
         T::F64 => {
-            let (x, y) = (lt.to_f64s(), rt.to_f64s());
-            let mut out = vec![0f64; bn * m * n];
-            for b in 0..bn {
-                // SAFETY: the slices hold exactly m*k, k*n and m*n elements with the
-                // row-major strides given.
-                unsafe {
-                    matrixmultiply::dgemm(
-                        m,
-                        k,
-                        n,
-                        1.0,
-                        x[b * m * k..].as_ptr(),
-                        k as isize,
-                        1,
-                        y[b * k * n..].as_ptr(),
-                        n as isize,
-                        1,
-                        0.0,
-                        out[b * m * n..].as_mut_ptr(),
-                        n as isize,
-                        1,
-                    );
-                }
-            }
+            let out = batched_gemm!(
+                matrixmultiply::dgemm,
+                f64,
+                lt.to_f64s(),
+                rt.to_f64s(),
+                bn,
+                m,
+                k,
+                n
+            );
             Ok(Array::new(ty, dims, Data::F64(out)))
         }
         T::F32 | T::Bf16 | T::F16 | T::F8E4M3FN | T::F8E5M2 => {
-            let (x, y) = (lt.to_f32s(), rt.to_f32s());
-            let mut out = vec![0f32; bn * m * n];
-            if k > 0 && m > 0 && n > 0 {
-                for b in 0..bn {
-                    // SAFETY: as above.
-                    unsafe {
-                        matrixmultiply::sgemm(
-                            m,
-                            k,
-                            n,
-                            1.0,
-                            x[b * m * k..].as_ptr(),
-                            k as isize,
-                            1,
-                            y[b * k * n..].as_ptr(),
-                            n as isize,
-                            1,
-                            0.0,
-                            out[b * m * n..].as_mut_ptr(),
-                            n as isize,
-                            1,
-                        );
-                    }
-                }
-            }
+            let out = batched_gemm!(
+                matrixmultiply::sgemm,
+                f32,
+                lt.to_f32s(),
+                rt.to_f32s(),
+                bn,
+                m,
+                k,
+                n
+            );
             Ok(Array::from_f32s(ty, dims, out))
         }
         _ => Err(InterpError::Unsupported(format!(

@@ -83,12 +83,7 @@ fn run_case(case: &Path, file: &str) -> Result<(), String> {
     let text = std::fs::read_to_string(case.join(file)).map_err(|e| e.to_string())?;
     let m = tpusim_hlo::parse_module(&text).map_err(|e| format!("parse: {e:?}"))?;
     tpusim_interp::check_single_device(&m).map_err(|e| e.to_string())?;
-    let shapes: Vec<Shape> = m
-        .entry()
-        .params
-        .iter()
-        .map(|&p| m.instr(p).shape.clone())
-        .collect();
+    let shapes = m.entry_parameter_shapes();
     let args = npz::read_args(&case.join("inputs.npz"), &shapes).map_err(|e| e.to_string())?;
     let got = tpusim_interp::execute(&m, args).map_err(|e| e.to_string())?;
     let out_shapes: Vec<Shape> = m
