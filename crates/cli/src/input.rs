@@ -38,8 +38,33 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<(Module, SourceMap)>, String>
     tpusim_hlo::parse_modules_with_spans(text).map_err(|e| e.render(display_name(path), text))
 }
 
-/// Reads and parses one file, turning a parse failure into an error.
+/// A diagnostic already rendered with its own `error:` prefix, location and
+/// snippet; `main` prints it as it is instead of prefixing it again.
+#[derive(Debug)]
+pub struct Rendered(pub String);
+
+impl std::fmt::Display for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Rendered {}
+
+/// Reads, parses and verifies one file, turning a parse or verifier failure
+/// into an error: every command checks its input before executing or pricing
+/// it, so no later stage sees a module whose shapes disagree.
 pub fn load(path: &str) -> Result<Vec<(Module, SourceMap)>> {
     let text = read_text(path)?;
-    parse(path, &text).map_err(|d| anyhow::anyhow!("{d}"))
+    let modules = parse(path, &text).map_err(Rendered)?;
+    for (m, spans) in &modules {
+        if let Err(errors) = tpusim_hlo::verifier::verify(m) {
+            let rendered: Vec<String> = errors
+                .iter()
+                .map(|e| e.render(display_name(path), &text, m, spans))
+                .collect();
+            return Err(Rendered(rendered.join("\n")).into());
+        }
+    }
+    Ok(modules)
 }

@@ -81,7 +81,10 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            match e.downcast_ref::<input::Rendered>() {
+                Some(diagnostic) => eprintln!("{diagnostic}"),
+                None => eprintln!("error: {e:#}"),
+            }
             ExitCode::from(1)
         }
     }

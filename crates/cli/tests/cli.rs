@@ -108,6 +108,36 @@ fn check_reports_verifier_errors_at_the_instruction() {
 }
 
 #[test]
+fn every_command_verifies_before_it_executes_or_prices() {
+    let bad = GOOD.replace("ROOT b = f32[4] add", "ROOT b = f32[5] add");
+    let dir = temp_dir("verify-first");
+    let out_dir = dir.join("views");
+    let out_dir = out_dir.to_str().expect("utf-8 temp path");
+    let capture = testdata("profiles/jax_cpu");
+    let commands: [&[&str]; 5] = [
+        &["analyze", "-", "--chip", "v5e"],
+        &["trace", "-", "--chip", "v5e", "-o", out_dir],
+        &["run", "-", "--random-inputs", "0"],
+        &["fmt", "-"],
+        &["profile", &capture, "--hlo", "-", "--chip", "v5e"],
+    ];
+    for args in commands {
+        let out = tpusim(args, Some(&bad));
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("<stdin>:5:8") && err.contains("f32[5]"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.matches("error:").count(), 1, "{args:?}: {err}");
+    }
+    assert!(
+        !dir.join("views").exists(),
+        "trace wrote views of an invalid module"
+    );
+}
+
+#[test]
 fn usage_errors_and_unreadable_files_exit_1_never_2() {
     assert_eq!(tpusim(&["check"], None).status.code(), Some(1));
     assert_eq!(tpusim(&["frobnicate"], None).status.code(), Some(1));

@@ -14,7 +14,7 @@ use crate::infer::{check_shape, shape_text, shapes_compatible, InferError};
 use crate::ir::{CompId, Computation, InstrId, Instruction, Module};
 use crate::opcode::Opcode;
 use crate::parser::SourceMap;
-use crate::shape::Shape;
+use crate::shape::{ArrayShape, Layout, Shape};
 
 /// One problem found by [`verify`]. The message names the instruction (or the
 /// computation, for computation-level problems).
@@ -236,6 +236,26 @@ impl Verifier<'_> {
         if structural {
             self.shape_ok(id);
         }
+        self.layouts_ok(id);
+    }
+
+    /// Every layout in the instruction's shape is a permutation of its array's
+    /// dimensions, as XLA's `LayoutUtil::ValidateLayoutForShape` requires.
+    fn layouts_ok(&mut self, id: InstrId) {
+        // An explicit stack: tuple nesting depth comes from the input.
+        let mut pending = vec![&self.m.instr(id).shape];
+        while let Some(shape) = pending.pop() {
+            match shape {
+                Shape::Tuple(elements) => pending.extend(elements.iter()),
+                Shape::Buffer(inner) => pending.push(inner),
+                Shape::Array(a) => {
+                    if let Some(problem) = a.layout.as_ref().and_then(|l| layout_problem(l, a)) {
+                        self.instr_error(id, problem);
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Operands exist, live in the same computation and are defined earlier.
@@ -381,4 +401,27 @@ fn required_attrs(ins: &Instruction) -> &'static [&'static str] {
         Scan => &["to_apply", "dimensions", "num_carries"],
         _ => &[],
     }
+}
+
+/// Why `layout` cannot lay out `array`, if it cannot: its minor_to_major must
+/// name every dimension exactly once.
+fn layout_problem(layout: &Layout, array: &ArrayShape) -> Option<String> {
+    let rank = array.dims.len();
+    let m2m = &layout.minor_to_major;
+    let mut seen = vec![false; rank];
+    let is_permutation = m2m.len() == rank
+        && m2m.iter().all(|&d| {
+            let fresh = usize::try_from(d).is_ok_and(|d| d < rank && !seen[d]);
+            if fresh {
+                seen[d as usize] = true;
+            }
+            fresh
+        });
+    (!is_permutation).then(|| {
+        let dims: Vec<String> = m2m.iter().map(i64::to_string).collect();
+        format!(
+            "layout {{{}}} is not a permutation of the {rank} dimensions of its array",
+            dims.join(",")
+        )
+    })
 }

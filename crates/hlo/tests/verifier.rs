@@ -724,3 +724,30 @@ fn reports_dangling_ids_without_panicking() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn rejects_layouts_that_are_not_permutations() {
+    // (A layout of the wrong length is already a parse error.)
+    for (layout, shape) in [("{1,2}", "f32[2,3]"), ("{0,0}", "f32[2,3]")] {
+        let text = module("", &format!("  ROOT a = {shape}{layout} parameter(0)"));
+        assert_rejects(
+            &text,
+            &[&format!(
+                "a: layout {layout} is not a permutation of the 2 dimensions"
+            )],
+        );
+    }
+    let nested = module("", "  ROOT t = (f32[2], (s32[2,2]{0,0})) parameter(0)");
+    assert_rejects(&nested, &["t: layout {0,0}"]);
+    let fine = module("", "  ROOT a = f32[2,3,4]{0,2,1} parameter(0)");
+    assert_eq!(errors_of(&fine), Vec::<String>::new());
+}
+
+#[test]
+fn rejects_all_gather_shapes_that_do_not_gather() {
+    let text = "HloModule t, num_partitions=2\n\nENTRY e {\n  a = u8[2,6] parameter(0)\n  ROOT g = u8[2,3] all-gather(a), dimensions={1}, replica_groups={{0,1}}\n}\n";
+    assert_rejects(
+        text,
+        &["g: shape mismatch: inferred u8[2,12] but declared u8[2,3]"],
+    );
+}
