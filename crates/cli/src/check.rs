@@ -17,10 +17,10 @@ pub fn run(args: &Args) -> Result<bool> {
     for path in &args.files {
         // A panic is a bug, but it must not escape as exit code 101.
         let ok = std::panic::catch_unwind(|| check_file(path)).unwrap_or_else(|_| {
-            eprintln!(
+            out::diag(format_args!(
                 "error: {}: internal error while checking (this is a tpusim bug)",
                 input::display_name(path)
-            );
+            ));
             false
         });
         all_ok &= ok;
@@ -32,14 +32,14 @@ fn check_file(path: &str) -> bool {
     let text = match input::read_text(path) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            out::diag(format_args!("error: {e:#}"));
             return false;
         }
     };
     let modules = match input::parse(path, &text) {
         Ok(m) => m,
         Err(diag) => {
-            eprintln!("{diag}");
+            out::diag(format_args!("{diag}"));
             return false;
         }
     };
@@ -69,7 +69,10 @@ fn report_module(path: &str, text: &str, m: &Module, spans: &SourceMap) -> bool 
         }
         Err(errors) => {
             for e in &errors {
-                eprintln!("{}", e.render(input::display_name(path), text, m, spans));
+                out::diag(format_args!(
+                    "{}",
+                    e.render(input::display_name(path), text, m, spans)
+                ));
             }
             false
         }

@@ -77,13 +77,18 @@ fn main() -> ExitCode {
         Cmd::Profile(args) => profile::run(&args),
         Cmd::Trace(args) => trace::run(&args),
     };
+    // Output that did not reach stdout makes the run a failure whatever its result.
+    let result = result.and_then(|ok| match out::finish() {
+        Ok(()) => Ok(ok),
+        Err(write_error) => Err(anyhow::anyhow!(write_error)),
+    });
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
             match e.downcast_ref::<input::Rendered>() {
-                Some(diagnostic) => eprintln!("{diagnostic}"),
-                None => eprintln!("error: {e:#}"),
+                Some(diagnostic) => out::diag(format_args!("{diagnostic}")),
+                None => out::diag(format_args!("error: {e:#}")),
             }
             ExitCode::from(1)
         }

@@ -1,16 +1,49 @@
-//! Writing results to stdout. A closed pipe (`tpusim check ... | head`) is not
-//! an error of the work being done: output stops quietly, the exit code still
-//! reports the work's result, and nothing panics.
+//! Writing results to stdout and diagnostics to stderr.
+//!
+//! A closed pipe (`tpusim check ... | head`) is not an error of the work being
+//! done: output stops quietly and the exit code still reports the work's
+//! result. Any other failed write to stdout (a full disk, `> /dev/full`) is an
+//! error: the first one is remembered and [`finish`] turns it into exit 1, so
+//! a truncated result never looks like a success. Diagnostics on a closed
+//! stderr are dropped rather than panicking.
 
-use std::io::Write;
+use std::io::{ErrorKind, Write};
+use std::sync::Mutex;
 
-/// Writes `text` and a newline to stdout, ignoring a closed pipe.
-pub fn line(text: impl std::fmt::Display) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{text}");
+/// The first stdout write failure other than a closed pipe.
+static STDOUT_FAILURE: Mutex<Option<String>> = Mutex::new(None);
+
+fn remember(result: std::io::Result<()>) {
+    let Err(e) = result else { return };
+    if e.kind() == ErrorKind::BrokenPipe {
+        return;
+    }
+    let mut failure = STDOUT_FAILURE.lock().unwrap_or_else(|p| p.into_inner());
+    failure.get_or_insert_with(|| e.to_string());
 }
 
-/// Writes `text` as is to stdout, ignoring a closed pipe.
+/// Writes `text` and a newline to stdout.
+pub fn line(text: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    remember(writeln!(out, "{text}"));
+}
+
+/// Writes `text` as is to stdout.
 pub fn raw(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    remember(std::io::stdout().lock().write_all(text.as_bytes()));
+}
+
+/// Writes a diagnostic line to stderr; a closed stderr drops it.
+pub fn diag(text: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// Flushes stdout; the error of the first failed write, if any.
+pub fn finish() -> Result<(), String> {
+    remember(std::io::stdout().lock().flush());
+    let failure = STDOUT_FAILURE.lock().unwrap_or_else(|p| p.into_inner());
+    match failure.as_ref() {
+        Some(e) => Err(format!("cannot write the output to stdout: {e}")),
+        None => Ok(()),
+    }
 }

@@ -101,7 +101,7 @@ pub fn run(args: &Args) -> Result<bool> {
     }
     if args.repeat.is_some() {
         times.sort_by(f64::total_cmp);
-        eprintln!("exec_seconds: {:.9}", times[times.len() / 2]);
+        out::diag(format_args!("exec_seconds: {:.9}", times[times.len() / 2]));
     }
     match &args.output {
         Some(path) => npz::write_outputs(Path::new(path), &results)

@@ -399,6 +399,51 @@ fn a_closed_stdout_pipe_is_not_a_crash() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
+#[test]
+fn a_failed_write_to_stdout_is_an_error() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        panic!("this test needs /dev/full (Linux)");
+    };
+    let module = testdata("corpus/jax_cases/dp_sum_loss/post.hlo");
+    let commands: [&[&str]; 3] = [
+        &["fmt", &module],
+        &["analyze", &module, "--chip", "v5e", "--json"],
+        &["check", &module],
+    ];
+    for args in commands {
+        let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+            .args(args)
+            .stdout(full.try_clone().expect("dup /dev/full"))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("spawn tpusim");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("cannot write the output to stdout"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_stderr_is_not_a_crash() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(["check", "/nonexistent/x.hlo"])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("spawn tpusim");
+    assert_eq!(out.code(), Some(1));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(["check", "/nonexistent/x.hlo"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tpusim");
+    drop(child.stderr.take());
+    assert_eq!(child.wait().expect("wait").code(), Some(1));
+}
+
 /// The leaves of `out0..` in an npz file, as f64s with their dims.
 fn npz_f32_outputs(path: &str, n: usize) -> Vec<(Vec<usize>, Vec<f64>)> {
     let shapes = vec![tpusim_hlo::Shape::array(tpusim_hlo::PrimitiveType::F32, vec![]); n];
