@@ -50,8 +50,9 @@ pub struct PodArgs {
     /// devices spread over the chip's torus axes)
     #[arg(long, value_name = "SHAPE")]
     topology: Option<String>,
-    /// Slices joined over DCN
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// Slices joined over DCN (at least 1)
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
     slices: u32,
     /// How collectives are priced: the scaling book's formulas, or an
     /// event-driven simulation of every link

@@ -353,6 +353,29 @@ fn analyze_prices_collectives_on_a_pod() {
 }
 
 #[test]
+fn pod_flags_outside_their_limits_are_refused() {
+    let f = testdata("corpus/jax_cases/dp_sum_loss/post.hlo");
+    let zero = tpusim(&["analyze", &f, "--chip", "v5e", "--slices", "0"], None);
+    assert_eq!(zero.status.code(), Some(1));
+    assert!(
+        text(&zero.stderr).contains("'--slices"),
+        "{}",
+        text(&zero.stderr)
+    );
+    let many = ["--slices", "4294967295", "--network", "sim"];
+    let huge = tpusim(
+        &[&["analyze", &f, "--chip", "v5e"][..], &many].concat(),
+        None,
+    );
+    assert_eq!(huge.status.code(), Some(1));
+    assert!(
+        text(&huge.stderr).contains("at most 262144"),
+        "{}",
+        text(&huge.stderr)
+    );
+}
+
+#[test]
 fn chips_lists_the_hardware_database() {
     let out = tpusim(&["chips"], None);
     assert!(out.status.success(), "{}", text(&out.stderr));

@@ -227,9 +227,18 @@ impl Module {
     pub fn operand_shape(&self, id: InstrId, i: usize) -> &Shape {
         &self.instr(self.instr(id).operands[i]).shape
     }
-    /// `num_partitions * replica_count` (1 when neither is set).
+    /// `num_partitions * replica_count` (1 when neither is set); saturates
+    /// instead of overflowing (the verifier bounds it by [`MAX_DEVICES`]).
     pub fn device_count(&self) -> i64 {
-        self.config.num_partitions.unwrap_or(1).max(1)
-            * self.config.replica_count.unwrap_or(1).max(1)
+        self.config
+            .num_partitions
+            .unwrap_or(1)
+            .max(1)
+            .saturating_mul(self.config.replica_count.unwrap_or(1).max(1))
     }
 }
+
+/// The most devices (`num_partitions * replica_count`, or chips in a pod) tpusim
+/// accepts: 2^18 = 262,144, above the largest TPU deployments published
+/// (a few tens of thousands of chips), so every per-device table stays bounded.
+pub const MAX_DEVICES: u64 = 1 << 18;

@@ -24,7 +24,7 @@ pub mod verifier;
 
 pub use attr::{Attr, AttrValue};
 pub use error::ParseError;
-pub use ir::{CompId, Computation, InstrId, Instruction, Module};
+pub use ir::{CompId, Computation, InstrId, Instruction, Module, MAX_DEVICES};
 pub use opcode::{OpCategory, Opcode};
 pub use parser::{parse_module, parse_modules, parse_modules_with_spans, SourceMap};
 pub use printer::print_module;

@@ -11,7 +11,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::attr::AttrValue;
 use crate::infer::{check_shape, shape_text, shapes_compatible, InferError};
-use crate::ir::{CompId, Computation, InstrId, Instruction, Module};
+use crate::ir::{CompId, Computation, InstrId, Instruction, Module, MAX_DEVICES};
 use crate::opcode::Opcode;
 use crate::parser::SourceMap;
 use crate::shape::{ArrayShape, Layout, Shape};
@@ -131,6 +131,21 @@ impl Verifier<'_> {
             .collect();
         self.errors.extend(per_chunk.into_iter().flatten());
         self.entry_layout();
+        self.device_counts();
+    }
+
+    /// `num_partitions x replica_count` is within [`MAX_DEVICES`] (the parser
+    /// already refuses counts below 1), so per-device tables downstream stay
+    /// bounded.
+    fn device_counts(&mut self) {
+        let devices = u64::try_from(self.m.device_count()).unwrap_or(u64::MAX);
+        if devices > MAX_DEVICES {
+            let msg = format!(
+                "the module asks for {devices} devices (num_partitions x replica_count); \
+                 tpusim simulates at most {MAX_DEVICES}"
+            );
+            self.error(self.m.entry, None, msg);
+        }
     }
 
     /// `entry_computation_layout` must agree with the entry's parameters and

@@ -751,3 +751,21 @@ fn rejects_all_gather_shapes_that_do_not_gather() {
         &["g: shape mismatch: inferred u8[2,12] but declared u8[2,3]"],
     );
 }
+
+#[test]
+fn rejects_device_counts_outside_the_documented_limit() {
+    let body = "  ROOT a = f32[4] parameter(0)";
+    for (header, needle) in [
+        ("num_partitions=4294967295", "asks for 4294967295 devices"),
+        (
+            "num_partitions=65536, replica_count=65536",
+            "asks for 4294967296 devices",
+        ),
+    ] {
+        let text = format!("HloModule t, {header}\n\nENTRY e {{\n{body}\n}}\n");
+        assert_rejects(&text, &[needle]);
+    }
+    let limit = tpusim_hlo::MAX_DEVICES;
+    let text = format!("HloModule t, num_partitions={limit}\n\nENTRY e {{\n{body}\n}}\n");
+    assert_eq!(errors_of(&text), Vec::<String>::new());
+}

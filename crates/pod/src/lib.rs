@@ -57,6 +57,15 @@ pub enum PodError {
     NotTorus(String),
     #[error("--slices must be at least 1")]
     NoSlices,
+    #[error(
+        "{slices} slice(s) of {shape} make {chips} chips; tpusim simulates at most {} (tpusim_hlo::MAX_DEVICES)",
+        tpusim_hlo::MAX_DEVICES
+    )]
+    TooManyChips {
+        shape: String,
+        slices: u32,
+        chips: u64,
+    },
     #[error("device order line {line}: {msg}")]
     DeviceOrder { line: usize, msg: String },
     #[error("the module needs {need} devices but the pod has {have}")]

@@ -164,6 +164,16 @@ impl Pod {
         if shape.is_empty() || shape.len() > MAX_AXES || shape.contains(&0) {
             return Err(PodError::BadShape(shape_text(shape)));
         }
+        let chips = shape
+            .iter()
+            .fold(u64::from(slices), |n, &a| n.saturating_mul(u64::from(a)));
+        if chips > tpusim_hlo::MAX_DEVICES {
+            return Err(PodError::TooManyChips {
+                shape: shape_text(shape),
+                slices,
+                chips,
+            });
+        }
         if matches!(chip.ici.topology, Topology::Switch { .. }) {
             return Err(PodError::NotTorus(chip.name.clone()));
         }

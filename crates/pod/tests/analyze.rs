@@ -230,3 +230,17 @@ fn thousand_device_module() {
     assert!(rs.axes.iter().all(|x| x != "x"), "{:?}", rs.axes);
     assert!(c.exposed_communication_s <= c.communication_s);
 }
+
+#[test]
+fn pods_beyond_the_device_limit_are_refused_before_anything_is_built() {
+    let chip = by_id("v5e").expect("v5e");
+    let too_many = Pod::unchecked(&chip, &[16, 16], u32::MAX).expect_err("2^40 chips");
+    assert!(
+        too_many.to_string().contains("at most 262144"),
+        "{too_many}"
+    );
+    assert!(Pod::unchecked(&chip, &[16, 16], 0).is_err(), "zero slices");
+    let largest = (tpusim_hlo::MAX_DEVICES / 256) as u32;
+    assert!(Pod::unchecked(&chip, &[16, 16], largest).is_ok());
+    assert!(Pod::unchecked(&chip, &[16, 16], largest + 1).is_err());
+}
