@@ -352,6 +352,48 @@ fn analyze_prices_collectives_on_a_pod() {
     }
 }
 
+/// A module whose entry reaches a `negate` through `calls` nested calls.
+fn nested_calls(calls: usize) -> String {
+    let mut text = String::from(
+        "HloModule deep\n\nc0 {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] negate(p)\n}\n",
+    );
+    for i in 1..calls {
+        let callee = i - 1;
+        text += &format!("\nc{i} {{\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] call(p), to_apply=c{callee}\n}}\n");
+    }
+    let last = calls - 1;
+    text + &format!("\nENTRY e {{\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] call(p), to_apply=c{last}\n}}\n")
+}
+
+#[test]
+fn deep_call_chains_run_up_to_the_bound_and_are_refused_beyond_it() {
+    let dir = temp_dir("deep-calls");
+    let views = dir.join("views");
+    let views = views.to_str().expect("utf-8 temp path");
+    let commands: [&[&str]; 3] = [
+        &["analyze", "-", "--chip", "v5e"],
+        &["trace", "-", "--chip", "v5e", "-o", views],
+        &["run", "-", "--random-inputs", "0"],
+    ];
+    let at_bound = nested_calls(tpusim_hlo::MAX_CALL_DEPTH);
+    let beyond = nested_calls(8000);
+    for args in commands {
+        let out = tpusim(args, Some(&at_bound));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let out = tpusim(args, Some(&beyond));
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            text(&out.stderr).contains("nest 8000 calls deep"),
+            "{args:?}"
+        );
+    }
+}
+
 #[test]
 fn pod_flags_outside_their_limits_are_refused() {
     let f = testdata("corpus/jax_cases/dp_sum_loss/post.hlo");

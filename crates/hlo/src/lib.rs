@@ -30,4 +30,4 @@ pub use parser::{parse_module, parse_modules, parse_modules_with_spans, SourceMa
 pub use printer::print_module;
 pub use shape::{ArrayShape, Layout, LayoutAttrs, Shape};
 pub use types::PrimitiveType;
-pub use verifier::{verify, VerifyError};
+pub use verifier::{verify, VerifyError, MAX_CALL_DEPTH};

@@ -132,6 +132,24 @@ impl Verifier<'_> {
         self.errors.extend(per_chunk.into_iter().flatten());
         self.entry_layout();
         self.device_counts();
+        self.call_depth();
+    }
+
+    /// Computations nest (call, while, fusion, conditional, ...) at most
+    /// [`MAX_CALL_DEPTH`] deep, so the stages that walk called computations
+    /// recursively never exhaust their stack.
+    fn call_depth(&mut self) {
+        let depth = call_depths(self.m);
+        let entry = self.m.entry;
+        // The entry itself is the first level.
+        let deepest = depth.get(entry.index()).copied().unwrap_or(1) - 1;
+        if deepest > MAX_CALL_DEPTH {
+            let msg = format!(
+                "computations nest {deepest} calls deep from the entry; tpusim accepts at most \
+                 {MAX_CALL_DEPTH} (inline some of the calls)"
+            );
+            self.error(entry, None, msg);
+        }
     }
 
     /// `num_partitions x replica_count` is within [`MAX_DEVICES`] (the parser
@@ -439,4 +457,60 @@ fn layout_problem(layout: &Layout, array: &ArrayShape) -> Option<String> {
             dims.join(",")
         )
     })
+}
+
+/// How deep called computations may nest below the entry (calls, loop bodies,
+/// fusions, branches). Real programs nest a few levels; the bound keeps every
+/// recursive walk over called computations far inside a thread's stack.
+pub const MAX_CALL_DEPTH: usize = 256;
+
+/// For each computation, the longest chain of computation calls below it
+/// (1 for a computation that calls nothing). Iterative post-order, so the
+/// input's nesting cannot exhaust this function's stack; a cycle (which the
+/// parser cannot produce) counts as no deeper than where it closes.
+pub fn call_depths(m: &Module) -> Vec<usize> {
+    let callees: Vec<Vec<CompId>> = m
+        .comps
+        .iter()
+        .map(|c| {
+            let mut out: Vec<CompId> = c
+                .instrs
+                .iter()
+                .filter(|i| i.index() < m.instrs.len())
+                .flat_map(|&i| m.instr(i).called_computations())
+                .filter(|c| c.index() < m.comps.len())
+                .collect();
+            out.sort_unstable();
+            out.dedup();
+            out
+        })
+        .collect();
+    let mut depth = vec![0usize; callees.len()];
+    let mut visiting = vec![false; callees.len()];
+    for root in 0..callees.len() {
+        if depth[root] > 0 {
+            continue;
+        }
+        let mut stack = vec![(root, 0usize)];
+        visiting[root] = true;
+        while let Some(&mut (c, ref mut next)) = stack.last_mut() {
+            if let Some(&callee) = callees[c].get(*next) {
+                *next += 1;
+                let callee = callee.index();
+                if depth[callee] == 0 && !visiting[callee] {
+                    visiting[callee] = true;
+                    stack.push((callee, 0));
+                }
+                continue;
+            }
+            depth[c] = 1 + callees[c]
+                .iter()
+                .map(|k| depth[k.index()])
+                .max()
+                .unwrap_or(0);
+            visiting[c] = false;
+            stack.pop();
+        }
+    }
+    depth
 }

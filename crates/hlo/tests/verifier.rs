@@ -769,3 +769,44 @@ fn rejects_device_counts_outside_the_documented_limit() {
     let text = format!("HloModule t, num_partitions={limit}\n\nENTRY e {{\n{body}\n}}\n");
     assert_eq!(errors_of(&text), Vec::<String>::new());
 }
+
+/// A module whose entry reaches a `negate` through `calls` nested calls.
+fn nested_calls(calls: usize) -> String {
+    let mut text = String::from(
+        "HloModule deep\n\nc0 {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] negate(p)\n}\n",
+    );
+    for i in 1..calls {
+        text += &format!(
+            "\nc{i} {{\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] call(p), to_apply=c{}\n}}\n",
+            i - 1
+        );
+    }
+    text + &format!(
+        "\nENTRY e {{\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] call(p), to_apply=c{}\n}}\n",
+        calls - 1
+    )
+}
+
+#[test]
+fn call_nesting_is_bounded_at_the_documented_depth() {
+    let limit = tpusim_hlo::MAX_CALL_DEPTH;
+    assert_eq!(errors_of(&nested_calls(limit)), Vec::<String>::new());
+    assert_rejects(
+        &nested_calls(limit + 1),
+        &[
+            &format!("nest {} calls deep", limit + 1),
+            &format!("at most {limit}"),
+        ],
+    );
+    // Far beyond the bound the verifier itself must not recurse.
+    let deep = nested_calls(100_000);
+    let verified = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || errors_of(&deep))
+        .expect("spawn")
+        .join()
+        .expect("no stack overflow");
+    assert!(verified
+        .iter()
+        .any(|e| e.contains("nest 100000 calls deep")));
+}
