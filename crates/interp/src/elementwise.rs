@@ -164,21 +164,23 @@ pub(crate) fn float_reducer<
     })
 }
 
-/// XLA's NaN-propagating maximum (lhs NaN first; `std::max` picks lhs on ties).
+/// XLA's maximum: NaN-propagating (lhs NaN first) and IEEE 754-2019 on
+/// zeros, +0 above -0 whichever side it is on.
 pub fn fmax<F: num_like::Float>(a: F, b: F) -> F {
     if a.is_nan_() {
         a
-    } else if b.is_nan_() || a < b {
+    } else if b.is_nan_() || a < b || (a == b && a.is_sign_negative_()) {
         b
     } else {
         a
     }
 }
-/// XLA's NaN-propagating minimum (`std::min` picks lhs on ties).
+/// XLA's minimum: NaN-propagating (lhs NaN first) and IEEE 754-2019 on
+/// zeros, -0 below +0 whichever side it is on.
 pub fn fmin<F: num_like::Float>(a: F, b: F) -> F {
     if a.is_nan_() {
         a
-    } else if b.is_nan_() || b < a {
+    } else if b.is_nan_() || b < a || (a == b && b.is_sign_negative_()) {
         b
     } else {
         a
@@ -188,15 +190,22 @@ pub fn fmin<F: num_like::Float>(a: F, b: F) -> F {
 pub(crate) mod num_like {
     pub trait Float: Copy + PartialOrd {
         fn is_nan_(self) -> bool;
+        fn is_sign_negative_(self) -> bool;
     }
     impl Float for f32 {
         fn is_nan_(self) -> bool {
             self.is_nan()
         }
+        fn is_sign_negative_(self) -> bool {
+            self.is_sign_negative()
+        }
     }
     impl Float for f64 {
         fn is_nan_(self) -> bool {
             self.is_nan()
+        }
+        fn is_sign_negative_(self) -> bool {
+            self.is_sign_negative()
         }
     }
 }

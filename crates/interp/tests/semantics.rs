@@ -389,3 +389,35 @@ ENTRY e {
 }");
     assert_eq!(ints(&b), vec![13, 13]);
 }
+
+/// XLA orders +0 above -0 in maximum and minimum (IEEE 754-2019), on either
+/// side, elementwise and in reductions; values checked against JAX 0.10.2.
+#[test]
+fn max_and_min_order_signed_zeros() {
+    for ty in ["f32", "bf16", "f64", "f16"] {
+        let signs = |op: &str| {
+            let a = one(&format!(
+                "ENTRY e {{
+  x = {ty}[4] constant({{-0, 0, -0, 0}})
+  y = {ty}[4] constant({{0, -0, -0, 0}})
+  ROOT m = {ty}[4] {op}(x, y)
+}}"
+            ));
+            floats(&a).iter().map(|v| v.is_sign_negative()).collect::<Vec<_>>()
+        };
+        assert_eq!(signs("maximum"), [false, false, true, false], "{ty} max");
+        assert_eq!(signs("minimum"), [true, true, true, false], "{ty} min");
+    }
+    let reduced = one("max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+ENTRY e {
+  x = f32[2] constant({-0, 0})
+  init = f32[] constant(-inf)
+  ROOT r = f32[] reduce(x, init), dimensions={0}, to_apply=max
+}");
+    assert!(!floats(&reduced)[0].is_sign_negative());
+}
