@@ -1095,14 +1095,7 @@ impl<'a> Parser<'a> {
     fn unknown_type(&self, t: &Token<'a>) -> ParseError {
         let name = op_tok_text(t);
         let mut e = self.err_at(t, format!("unknown element type '{name}'"));
-        let best = PrimitiveType::ALL
-            .iter()
-            .map(|ty| ty.name())
-            .filter(|n| name.len().abs_diff(n.len()) <= 2)
-            .map(|n| (edit_distance(name, n), n))
-            .filter(|(d, _)| *d <= 2)
-            .min();
-        if let Some((_, n)) = best {
+        if let Some(n) = closest(name, PrimitiveType::ALL.iter().map(|ty| ty.name()), 2) {
             e = e.with_hint(format!("did you mean '{n}'?"));
         }
         e
@@ -1380,30 +1373,28 @@ fn describe_arity(a: crate::opcode::Arity) -> String {
 }
 
 fn closest_opcode(s: &str) -> Option<&'static str> {
-    // The edit distance is at least the length difference: skipping distant
-    // names keeps a megabyte-long identifier from costing seconds.
-    Opcode::ALL
-        .iter()
-        .filter(|op| s.len().abs_diff(op.name().len()) <= 3)
-        .map(|op| (edit_distance(s, op.name()), op.name()))
-        .filter(|(d, _)| *d <= 3)
-        .min()
-        .map(|(_, n)| n)
+    closest(s, Opcode::ALL.iter().map(|op| op.name()), 3)
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+/// The candidate nearest to `typed` within `max` edits, counting a swap of two
+/// neighbouring letters as one edit (`tahn` is one from `tanh`); ties go to
+/// the candidate of the same length, then the first in alphabetical order.
+fn closest<'n>(
+    typed: &str,
+    candidates: impl Iterator<Item = &'n str>,
+    max: usize,
+) -> Option<&'n str> {
+    // The distance is at least the length difference: skipping distant names
+    // keeps a megabyte-long identifier from costing seconds.
+    candidates
+        .filter(|n| typed.len().abs_diff(n.len()) <= max)
+        .map(|n| {
+            let distance = strsim::osa_distance(typed, n);
+            (distance, typed.len().abs_diff(n.len()), n)
+        })
+        .filter(|&(d, _, _)| d <= max)
+        .min()
+        .map(|(_, _, n)| n)
 }
 
 #[cfg(test)]

@@ -81,6 +81,7 @@ cases!(
     parameter_out_of_range,
     replica_groups_mismatch,
     shape_too_large,
+    swapped_letters_opcode,
     sharding_device_without_maximal,
     sharding_no_type,
     sharding_tile_count,

@@ -403,7 +403,10 @@ fn max_and_min_order_signed_zeros() {
   ROOT m = {ty}[4] {op}(x, y)
 }}"
             ));
-            floats(&a).iter().map(|v| v.is_sign_negative()).collect::<Vec<_>>()
+            floats(&a)
+                .iter()
+                .map(|v| v.is_sign_negative())
+                .collect::<Vec<_>>()
         };
         assert_eq!(signs("maximum"), [false, false, true, false], "{ty} max");
         assert_eq!(signs("minimum"), [true, true, true, false], "{ty} min");
