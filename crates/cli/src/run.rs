@@ -66,10 +66,10 @@ pub fn run(args: &Args) -> Result<bool> {
     let cap = args.max_memory.unwrap_or_else(memory::default_cap);
     memory::check(m, cap)?;
     let shapes = tpusim_interp::spmd::global_parameter_shapes(m)?;
-    let declared = m.entry_parameter_shapes();
     let inputs = match (&args.inputs, args.random_inputs) {
-        // Global arrays: dims are checked against the shardings when split.
-        (Some(path), _) => npz::read_named_any_dims(Path::new(path), "arg", &declared)?,
+        // Global arrays: bounded by the largest global shapes before reading,
+        // checked exactly against the shardings when split.
+        (Some(path), _) => npz::read_named_at_most(Path::new(path), "arg", &shapes)?,
         (None, Some(seed)) => npz::random_args(&shapes, seed)?,
         (None, None) if shapes.is_empty() => Vec::new(),
         (None, None) => bail!(

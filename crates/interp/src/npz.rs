@@ -55,7 +55,20 @@ pub fn read_args(path: &Path, shapes: &[Shape]) -> Result<Vec<Value>, InterpErro
 
 /// Reads `{prefix}0..{prefix}N-1` with the given array shapes; any other array is an error.
 pub fn read_named(path: &Path, prefix: &str, shapes: &[Shape]) -> Result<Vec<Value>, InterpError> {
-    read_arrays(path, prefix, shapes, true)
+    read_arrays(path, prefix, shapes, Dims::Exact)
+}
+
+/// Like [`read_named`], but each array may be smaller than its shape in any
+/// dim (same rank): the global arrays of a sharded module, bounded by the
+/// largest global shape its shards can hold. Checked from the header before
+/// any element is read, so a file cannot make tpusim allocate more than the
+/// module asks for.
+pub fn read_named_at_most(
+    path: &Path,
+    prefix: &str,
+    bounds: &[Shape],
+) -> Result<Vec<Value>, InterpError> {
+    read_arrays(path, prefix, bounds, Dims::AtMost)
 }
 
 /// Like [`read_named`], but only the element types must match: the arrays may have
@@ -65,14 +78,32 @@ pub fn read_named_any_dims(
     prefix: &str,
     shapes: &[Shape],
 ) -> Result<Vec<Value>, InterpError> {
-    read_arrays(path, prefix, shapes, false)
+    read_arrays(path, prefix, shapes, Dims::Any)
+}
+
+/// How an array's dims in the file must relate to the expected shape's.
+#[derive(Clone, Copy, PartialEq)]
+enum Dims {
+    Exact,
+    AtMost,
+    Any,
+}
+
+impl Dims {
+    fn accepts(self, file: &[usize], want: &[usize]) -> bool {
+        match self {
+            Dims::Exact => file == want,
+            Dims::AtMost => file.len() == want.len() && file.iter().zip(want).all(|(f, w)| f <= w),
+            Dims::Any => true,
+        }
+    }
 }
 
 fn read_arrays(
     path: &Path,
     prefix: &str,
     shapes: &[Shape],
-    check_dims: bool,
+    check_dims: Dims,
 ) -> Result<Vec<Value>, InterpError> {
     let mut ar = npyz::npz::NpzArchive::open(path).map_err(|e| io(path, e))?;
     let names: Vec<String> = ar.array_names().map(str::to_string).collect();
@@ -106,11 +137,22 @@ fn read_arrays(
                 path.display()
             ))
         })?;
-        let dims: Vec<usize> = file.shape().iter().map(|&d| d as usize).collect();
+        let dims: Vec<usize> = file
+            .shape()
+            .iter()
+            .map(|&d| usize::try_from(d).unwrap_or(usize::MAX))
+            .collect();
         let want: Vec<usize> = s.dims.iter().map(|&d| d.max(0) as usize).collect();
-        if check_dims && dims != want {
+        if !check_dims.accepts(&dims, &want) {
+            let relation = if check_dims == Dims::AtMost {
+                "at most "
+            } else {
+                ""
+            };
             return Err(InterpError::BadArgument(format!(
-                "parameter {i} ('{name}'): expected shape {want:?} for {shape}, file has {dims:?}"
+                "{}: parameter {i} ('{name}'): expected shape {relation}{want:?} for {shape}, \
+                 file has {dims:?}",
+                path.display()
             )));
         }
         let descr = match file.dtype() {

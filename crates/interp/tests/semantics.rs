@@ -424,3 +424,36 @@ ENTRY e {
 }");
     assert!(!floats(&reduced)[0].is_sign_negative());
 }
+
+/// An npz member whose header declares far more elements than the module
+/// takes is refused from its header, before a byte of data is read.
+#[test]
+fn npz_members_are_checked_against_the_module_before_reading() {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("tpusim-interp-liar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("liar.npz");
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000,), }";
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    let padded = format!("{header:<118}\n");
+    npy.extend_from_slice(&(padded.len() as u16).to_le_bytes());
+    npy.extend_from_slice(padded.as_bytes());
+    npy.extend_from_slice(&[0u8; 64]);
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    zip.start_file("arg0.npy", zip::write::FileOptions::default())
+        .unwrap();
+    zip.write_all(&npy).unwrap();
+    zip.finish().unwrap();
+    let f32x4x4 = [tpusim_hlo::Shape::array(
+        tpusim_hlo::PrimitiveType::F32,
+        vec![4, 4],
+    )];
+    for read in [
+        tpusim_interp::npz::read_named,
+        tpusim_interp::npz::read_named_at_most,
+    ] {
+        let e = read(&path, "arg", &f32x4x4).unwrap_err().to_string();
+        assert!(e.contains("liar.npz") && e.contains("[1000000000]"), "{e}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
