@@ -93,3 +93,16 @@ def test_profile_errors(tmp_path: pathlib.Path, repo: pathlib.Path) -> None:
         tpusim.profile(repo / "testdata/profiles/jax_mlp", chip="v5e")
     with pytest.raises(tpusim.ChipError):
         tpusim.profile(repo / "testdata/profiles/jax_mlp", hlo=lowered("loop"), chip="v9z")
+
+
+def test_trace_never_overwrites_unless_forced_and_writes_the_same_bytes(tmp_path: pathlib.Path) -> None:
+    lo = lowered("loop")
+    first = tpusim.trace(lo, chip="v5e", logdir=tmp_path)
+    before = {k: pathlib.Path(p).read_bytes() for k, p in first.items()}
+    with pytest.raises(tpusim.TpusimError, match="already exists"):
+        tpusim.trace(lo, chip="v5e", logdir=tmp_path)
+    again = tpusim.trace(lo, chip="v5e", logdir=tmp_path, force=True)
+    assert again == first
+    assert {k: pathlib.Path(p).read_bytes() for k, p in again.items()} == before
+    stamped = tpusim.trace(lo, chip="v5e", logdir=tmp_path / "stamped", timestamp=True)
+    assert pathlib.Path(stamped["xplane"]).parent.name != "tpusim"

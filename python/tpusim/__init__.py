@@ -104,6 +104,8 @@ def trace(
     *,
     logdir: Union[str, "os.PathLike[str]"],
     topology: Optional[str] = None,
+    force: bool = False,
+    timestamp: bool = False,
     **options: Any,
 ) -> Dict[str, str]:
     """Writes the profiler views of one simulated run into ``logdir``, as ``tpusim trace``.
@@ -111,11 +113,15 @@ def trace(
     Returns the paths written: ``"trace"`` (``trace.json.gz``, for
     ui.perfetto.dev), ``"report"`` (``report.html``) and ``"xplane"`` (the
     ``.xplane.pb`` that ``xprof --logdir LOGDIR`` opens). ``topology`` and the
-    options are those of :func:`analyze`.
+    options are those of :func:`analyze`. Files already in ``logdir`` are
+    replaced only with ``force=True``; ``timestamp=True`` stamps the XSpace
+    with the wall-clock time (else every run writes the same bytes).
     """
     native = _native_options("trace", chip, topology, options)
     text, name = hlo_text(x)
-    trace_path, report_path, xplane_path = _tpusim.trace_views(text, name, os.fspath(logdir), **native)
+    trace_path, report_path, xplane_path = _tpusim.trace_views(
+        text, name, os.fspath(logdir), force=force, timestamp=timestamp, **native
+    )
     return {"trace": trace_path, "report": report_path, "xplane": xplane_path}
 
 

@@ -43,6 +43,8 @@ def trace_views(
     slices: int = 1,
     network: Optional[str] = None,
     device_order: Optional[str] = None,
+    force: bool = False,
+    timestamp: bool = False,
 ) -> Tuple[str, str, str]: ...
 def profile_json(
     path: str, hlo: Optional[Tuple[str, str]] = None, chip_id: Optional[str] = None

@@ -91,7 +91,13 @@ pub fn run(args: &Args) -> Result<bool> {
         args.json_out
     ));
     out::line("\nprofiler views of the simulated step:");
-    let views = crate::trace::write_views(&m, &chip, &analysis, comm, &args.out_dir)?;
+    // The demo's folder is its own: each run replaces the views it wrote before.
+    let opts = tpusim_views::ViewsOptions {
+        generator: crate::trace::generator(),
+        existing: tpusim_trace::Existing::Replace,
+        timestamp: false,
+    };
+    let views = tpusim_views::write_views(&m, &chip, &analysis, comm, &args.out_dir, &opts)?;
     crate::trace::print_views(&views, &args.out_dir);
     Ok(true)
 }

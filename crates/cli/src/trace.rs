@@ -9,7 +9,8 @@ use crate::out;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use tpusim_perf::{CommModel, LocalOnly};
-use tpusim_views::Views;
+use tpusim_trace::Existing;
+use tpusim_views::{Views, ViewsOptions};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -22,15 +23,35 @@ pub struct Args {
     out: PathBuf,
     #[command(flatten)]
     pod: PodArgs,
+    /// Replace view files already in the folder (by default tpusim refuses to
+    /// overwrite a file it did not write in this run)
+    #[arg(long)]
+    force: bool,
+    /// Stamp the XSpace with the wall-clock time and name its run folder
+    /// after it, as jax.profiler does (by default the views are the same bytes
+    /// on every run, in `plugins/profile/tpusim/`)
+    #[arg(long)]
+    timestamp: bool,
 }
 
 pub fn run(args: &Args) -> Result<bool> {
     let chip = args.chip.load()?;
     let modules = input::load(&args.file)?;
+    let names: Vec<&str> = modules.iter().map(|(m, _)| m.name.as_str()).collect();
+    let folders = folder_names(&names);
     let several = modules.len() > 1;
-    for (m, _) in &modules {
+    let opts = ViewsOptions {
+        generator: generator(),
+        existing: if args.force {
+            Existing::Replace
+        } else {
+            Existing::Refuse
+        },
+        timestamp: args.timestamp,
+    };
+    for ((m, _), folder) in modules.iter().zip(&folders) {
         let dir = if several {
-            args.out.join(folder_name(&m.name))
+            args.out.join(folder)
         } else {
             args.out.clone()
         };
@@ -41,25 +62,18 @@ pub fn run(args: &Args) -> Result<bool> {
         };
         let views = crate::progress::with_spinner("simulating", || -> Result<Views> {
             let analysis = tpusim_perf::analyze_with(m, &chip, comm);
-            write_views(m, &chip, &analysis, comm, &dir)
+            Ok(tpusim_views::write_views(
+                m, &chip, &analysis, comm, &dir, &opts,
+            )?)
         })?;
         print_views(&views, &dir);
     }
     Ok(true)
 }
 
-/// Writes every view of one simulated run into `dir`.
-pub fn write_views(
-    m: &tpusim_hlo::Module,
-    chip: &tpusim_arch::Chip,
-    analysis: &tpusim_perf::Analysis,
-    comm: &dyn CommModel,
-    dir: &Path,
-) -> Result<Views> {
-    let generator = format!("tpusim {}", env!("CARGO_PKG_VERSION"));
-    Ok(tpusim_views::write_views(
-        m, chip, analysis, comm, dir, &generator,
-    )?)
+/// Names the CLI in the report's footer.
+pub fn generator() -> String {
+    format!("tpusim {}", env!("CARGO_PKG_VERSION"))
 }
 
 /// Tells the user what was written and how to open it.
@@ -81,6 +95,25 @@ pub fn print_views(v: &Views, dir: &Path) {
         v.xspace.display(),
         dir.display()
     ));
+}
+
+/// A folder per module: its name made safe, and `_2`, `_3`, ... after the
+/// first when several modules share a name, so none writes over another.
+fn folder_names(modules: &[&str]) -> Vec<String> {
+    let mut taken = std::collections::HashSet::new();
+    modules
+        .iter()
+        .map(|m| {
+            let base = folder_name(m);
+            let mut name = base.clone();
+            let mut k = 1;
+            while !taken.insert(name.clone()) {
+                k += 1;
+                name = format!("{base}_{k}");
+            }
+            name
+        })
+        .collect()
 }
 
 /// A module name as a folder name: letters, digits, `-`, `_` and `.` kept.
@@ -112,5 +145,13 @@ mod tests {
         assert_eq!(folder_name("a/b c"), "a_b_c");
         assert_eq!(folder_name(".."), "module_..");
         assert_eq!(folder_name(""), "module_");
+    }
+
+    #[test]
+    fn modules_sharing_a_name_get_their_own_folders() {
+        assert_eq!(
+            folder_names(&["m", "m", "a/b", "a_b", "m"]),
+            ["m", "m_2", "a_b", "a_b_2", "m_3"]
+        );
     }
 }

@@ -642,12 +642,8 @@ fn trace_writes_a_perfetto_trace_a_report_and_an_xspace() {
         .iter()
         .map(|c| c.to_string_lossy().into_owned())
         .collect();
-    assert_eq!(parts[..2], ["plugins", "profile"], "{xspace:?}");
-    assert!(
-        parts[2].len() == 19 && parts[2].split('_').count() == 6,
-        "run folder {}",
-        parts[2]
-    );
+    // An untimed run's folder (--timestamp names it YYYY_MM_DD_HH_MM_SS).
+    assert_eq!(parts[..3], ["plugins", "profile", "tpusim"], "{xspace:?}");
     assert_eq!(parts[3], "tpusim.xplane.pb");
     assert!(std::fs::metadata(dir.join(xspace)).unwrap().len() > 100);
 
@@ -727,6 +723,99 @@ fn trace_gives_each_module_of_a_file_its_own_folder() {
         assert!(dir.join(module).join("report.html").exists(), "{module}");
         assert!(dir.join(module).join("trace.json.gz").exists(), "{module}");
     }
+    // Two modules with one name do not share (and overwrite) a folder.
+    let same = format!("{GOOD}// -----\n{GOOD}");
+    let dir2 = dir.join("same");
+    let out = tpusim(
+        &["trace", "-", "--chip", "v5e", "-o", dir2.to_str().unwrap()],
+        Some(&same),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(dir2.join("m").join("report.html").exists());
+    assert!(dir2.join("m_2").join("report.html").exists());
+}
+
+/// Every file under `dir`, relative, with its bytes.
+fn tree_bytes(dir: &std::path::Path) -> Vec<(PathBuf, Vec<u8>)> {
+    files_under(dir)
+        .into_iter()
+        .map(|f| {
+            let bytes = std::fs::read(dir.join(&f)).expect("read view");
+            (f, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn trace_never_overwrites_or_follows_links_and_writes_the_same_bytes_each_run() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-trace-safe");
+    let _ = std::fs::remove_dir_all(&dir);
+    let views = dir.join("views");
+    let trace = |extra: &[&str], env: Option<(&str, &str)>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tpusim"));
+        cmd.args([
+            "trace",
+            &testdata("corpus/jax_cases/tp_column_row/post.hlo"),
+        ])
+        .args(["--chip", "v5e", "-o", views.to_str().unwrap()])
+        .args(extra);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("spawn tpusim")
+    };
+    assert!(trace(&[], None).status.success());
+    let first = tree_bytes(&views);
+    assert!(first
+        .iter()
+        .any(|(p, _)| p.starts_with("plugins/profile/tpusim")));
+    let again = trace(&[], None);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        text(&again.stderr).contains("already exists"),
+        "{}",
+        text(&again.stderr)
+    );
+    let forced = trace(&["--force"], Some(("RAYON_NUM_THREADS", "1")));
+    assert!(forced.status.success(), "{}", text(&forced.stderr));
+    assert_eq!(tree_bytes(&views), first, "views differ between runs");
+
+    let precious = dir.join("precious.html");
+    std::fs::write(&precious, "mine").unwrap();
+    std::fs::remove_file(views.join("report.html")).unwrap();
+    std::os::unix::fs::symlink(&precious, views.join("report.html")).unwrap();
+    assert_eq!(trace(&[], None).status.code(), Some(1));
+    assert!(trace(&["--force"], None).status.success());
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "mine");
+
+    let stamped = trace(&["--force", "--timestamp"], None);
+    assert!(stamped.status.success());
+    let runs = std::fs::read_dir(views.join("plugins/profile"))
+        .unwrap()
+        .count();
+    assert_eq!(runs, 2, "a timestamped run gets its own run folder");
+}
+
+#[test]
+fn run_writes_the_same_npz_bytes_each_run() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-run-same");
+    std::fs::create_dir_all(&dir).unwrap();
+    let module = testdata("corpus/jax_cases/tp_column_row/pre.hlo");
+    let outputs: Vec<Vec<u8>> = ["1", "2"]
+        .iter()
+        .map(|threads| {
+            let out = dir.join(format!("out{threads}.npz"));
+            let status = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+                .args(["run", &module, "--random-inputs", "7", "--output"])
+                .arg(&out)
+                .env("RAYON_NUM_THREADS", threads)
+                .status()
+                .expect("spawn tpusim");
+            assert!(status.success());
+            std::fs::read(out).unwrap()
+        })
+        .collect();
+    assert_eq!(outputs[0], outputs[1]);
 }
 
 #[test]

@@ -211,8 +211,10 @@ pub fn write_outputs(path: &Path, leaves: &[Value]) -> Result<(), InterpError> {
         let a = v.as_array()?;
         let name = format!("out{k}");
         let shape: Vec<u64> = a.dims.iter().map(|&d| d as u64).collect();
-        let opts =
-            zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        // A fixed date (the zip epoch, 1980-01-01), so equal results are equal files.
+        let opts = zip::write::FileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .last_modified_time(zip::DateTime::default());
         macro_rules! put {
             ($t:ty, $iter:expr) => {{
                 let mut wr = w

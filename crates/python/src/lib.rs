@@ -105,6 +105,7 @@ fn analyze_json(
 #[pyo3(signature = (
     text, name, dir, chip_id=None, chip_file=None,
     topology=None, slices=1, network=None, device_order=None,
+    force=false, timestamp=false,
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `tpusim.trace`
 fn trace_views(
@@ -118,6 +119,8 @@ fn trace_views(
     slices: u32,
     network: Option<String>,
     device_order: Option<String>,
+    force: bool,
+    timestamp: bool,
 ) -> PyResult<(String, String, String)> {
     let pod_args = PodArgs {
         topology,
@@ -131,9 +134,17 @@ fn trace_views(
         let pod = pod_args.model(&chip, &module)?;
         let comm = pod::comm(&pod);
         let analysis = tpusim_perf::analyze_with(&module, &chip, comm);
-        let generator = format!("tpusim {} (Python)", env!("CARGO_PKG_VERSION"));
+        let opts = tpusim_views::ViewsOptions {
+            generator: format!("tpusim {} (Python)", env!("CARGO_PKG_VERSION")),
+            existing: if force {
+                tpusim_trace::Existing::Replace
+            } else {
+                tpusim_trace::Existing::Refuse
+            },
+            timestamp,
+        };
         let dir = std::path::Path::new(&dir);
-        let views = tpusim_views::write_views(&module, &chip, &analysis, comm, dir, &generator)?;
+        let views = tpusim_views::write_views(&module, &chip, &analysis, comm, dir, &opts)?;
         let text = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
         Ok((text(views.trace), text(views.report), text(views.xspace)))
     })?)

@@ -7,10 +7,12 @@
 //! the model itself: callers pass the schedule and memory profile in.
 
 mod compare;
+mod output;
 mod read;
 mod write;
 
 pub use compare::{predicted_avg_times, profile_json};
+pub use output::{create_dirs_within, create_file, Existing};
 
 pub use read::{
     find_xplanes, read_profile, read_xspace, summarize, Gap, IdleSummary, OpSummary,
@@ -40,4 +42,8 @@ pub enum TraceError {
     },
     #[error("{0}: no .xplane.pb file found")]
     NoProfile(PathBuf),
+    #[error("{0} already exists: tpusim does not replace files it did not write (pass --force to replace it)")]
+    Exists(PathBuf),
+    #[error("{0} is not a folder (a link or a file): tpusim writes only inside the output folder")]
+    NotAFolder(PathBuf),
 }

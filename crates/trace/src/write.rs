@@ -36,7 +36,7 @@ pub struct SimulatedRun<'a> {
     pub host: String,
     /// Steps to lay out back to back (each the whole schedule); at least 1.
     pub steps: u32,
-    /// Profile start, ns since the Unix epoch.
+    /// Profile start, ns since the Unix epoch; 0 for an untimed run.
     pub start_ns: u64,
 }
 
@@ -467,20 +467,25 @@ pub fn run_folder_name(ns: u64) -> String {
     )
 }
 
-/// Writes `DIR/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/<host>.xplane.pb` (the
-/// layout `xprof --logdir DIR` reads) and returns the file's path.
-pub fn write_xspace(dir: &Path, run: &SimulatedRun) -> Result<PathBuf, TraceError> {
-    let folder = dir
-        .join("plugins")
-        .join("profile")
-        .join(run_folder_name(run.start_ns));
-    std::fs::create_dir_all(&folder).map_err(|source| TraceError::Io {
-        path: folder.clone(),
-        source,
-    })?;
+/// Writes `DIR/plugins/profile/<run>/<host>.xplane.pb` (the layout
+/// `xprof --logdir DIR` reads) and returns the file's path. `<run>` is
+/// `YYYY_MM_DD_HH_MM_SS` of the run's start, or `tpusim` for an untimed run
+/// (`start_ns` 0), whose bytes are then the same on every run. An existing
+/// file is handled as `existing` says; links are never followed.
+pub fn write_xspace(
+    dir: &Path,
+    run: &SimulatedRun,
+    existing: crate::Existing,
+) -> Result<PathBuf, TraceError> {
+    let run_name = match run.start_ns {
+        0 => "tpusim".to_string(),
+        ns => run_folder_name(ns),
+    };
+    let folder = crate::create_dirs_within(dir, &["plugins", "profile", &run_name])?;
     let path = folder.join(format!("{}.xplane.pb", run.host));
     let bytes = build_xspace(run).encode_to_vec();
-    std::fs::write(&path, bytes).map_err(|source| TraceError::Io {
+    let mut file = crate::create_file(&path, existing)?;
+    std::io::Write::write_all(&mut file, &bytes).map_err(|source| TraceError::Io {
         path: path.clone(),
         source,
     })?;

@@ -2,7 +2,7 @@
 //! written out as `prost-build` would generate them so that no protoc is
 //! needed to build. A test checks the tags against the `.proto`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct XSpace {
@@ -24,10 +24,11 @@ pub struct XPlane {
     pub name: String,
     #[prost(message, repeated, tag = "3")]
     pub lines: Vec<XLine>,
-    #[prost(map = "int64, message", tag = "4")]
-    pub event_metadata: HashMap<i64, XEventMetadata>,
-    #[prost(map = "int64, message", tag = "5")]
-    pub stat_metadata: HashMap<i64, XStatMetadata>,
+    // Ordered maps: the encoded bytes must not depend on hash order.
+    #[prost(btree_map = "int64, message", tag = "4")]
+    pub event_metadata: BTreeMap<i64, XEventMetadata>,
+    #[prost(btree_map = "int64, message", tag = "5")]
+    pub stat_metadata: BTreeMap<i64, XStatMetadata>,
     #[prost(message, repeated, tag = "6")]
     pub stats: Vec<XStat>,
 }

@@ -130,7 +130,7 @@ fn our_xspace_reads_back_as_the_schedule() {
     };
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("roundtrip");
     let _ = std::fs::remove_dir_all(&dir);
-    write_xspace(&dir, &run).unwrap();
+    write_xspace(&dir, &run, tpusim_trace::Existing::Replace).unwrap();
     let back = read_profile(&dir).unwrap();
     let sm = s.module(&m);
     let ops: Vec<_> = s
@@ -157,7 +157,7 @@ fn our_xspace_reads_back_as_the_schedule() {
 }
 
 mod synthetic {
-    use std::collections::HashMap;
+    use std::collections::BTreeMap;
     use tpusim_trace::summarize;
     use tpusim_trace::xplane::{
         x_event, x_stat, XEvent, XEventMetadata, XLine, XPlane, XSpace, XStat, XStatMetadata,
@@ -191,7 +191,7 @@ mod synthetic {
             "step_num",
             "bogus",
         ];
-        let stat_metadata: HashMap<i64, XStatMetadata> = names
+        let stat_metadata: BTreeMap<i64, XStatMetadata> = names
             .iter()
             .enumerate()
             .map(|(k, n)| {
@@ -206,7 +206,7 @@ mod synthetic {
                 )
             })
             .collect();
-        let event_metadata: HashMap<i64, XEventMetadata> = [(1, "thunk"), (2, "train")]
+        let event_metadata: BTreeMap<i64, XEventMetadata> = [(1, "thunk"), (2, "train")]
             .into_iter()
             .map(|(id, n)| {
                 (

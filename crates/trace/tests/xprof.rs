@@ -35,7 +35,7 @@ fn check_with_xprof(tag: &str, m: &tpusim_hlo::Module, comm: &dyn CommModel, dev
     };
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("xprof_check_{tag}"));
     let _ = std::fs::remove_dir_all(&dir);
-    let path = write_xspace(&dir, &run).unwrap();
+    let path = write_xspace(&dir, &run, tpusim_trace::Existing::Replace).unwrap();
     assert!(
         path.ends_with("plugins/profile/2026_11_21_16_38_52/simhost.xplane.pb"),
         "{}",

@@ -9,13 +9,14 @@
 //! This crate only wires the models (`tpusim-perf`) to the renderers
 //! (`tpusim-report`, `tpusim-trace`) and the file system; it never prints.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 use tpusim_arch::Chip;
 use tpusim_hlo::Module;
 use tpusim_perf::{Analysis, CommModel};
 use tpusim_report::{chrome_trace, report_html, MemoryView, ReportOptions, Run, TraceOptions};
-use tpusim_trace::{SimulatedDevice, SimulatedRun};
+use tpusim_trace::{create_file, Existing, SimulatedDevice, SimulatedRun};
 
 /// Largest buffers at the peak the report lists.
 const PEAK_BUFFERS: usize = 20;
@@ -53,16 +54,30 @@ pub struct Views {
     pub trace_note: Option<String>,
 }
 
+/// How [`write_views`] writes.
+#[derive(Clone, Debug, Default)]
+pub struct ViewsOptions {
+    /// Names the program in the report's footer.
+    pub generator: String,
+    /// What to do with files already in the folder (refused by default).
+    pub existing: Existing,
+    /// Stamp the XSpace with the wall-clock start (and name its run folder
+    /// after it, as `jax.profiler` does); without it every file is the same
+    /// bytes on every run.
+    pub timestamp: bool,
+}
+
 /// Replays the schedule of `m` (collectives priced by `comm`, as `analysis`
-/// was) and writes every view into `dir`, creating it. `generator` names the
-/// program in the report's footer.
+/// was) and writes every view into `dir`, creating it. Files already there
+/// are replaced only as `opts.existing` allows, and links are never written
+/// through.
 pub fn write_views(
     m: &Module,
     chip: &Chip,
     analysis: &Analysis,
     comm: &dyn CommModel,
     dir: &Path,
-    generator: &str,
+    opts: &ViewsOptions,
 ) -> Result<Views, ViewsError> {
     let create = |path: &Path, source| ViewsError::Create {
         path: path.to_path_buf(),
@@ -81,18 +96,20 @@ pub fn write_views(
 
     let trace = chrome_trace(&run, &TraceOptions::default());
     let trace_path = dir.join("trace.json.gz");
-    let file = std::fs::File::create(&trace_path).map_err(|e| create(&trace_path, e))?;
+    let file = create_file(&trace_path, opts.existing)?;
     trace.write_gz(file).map_err(|source| ViewsError::Report {
         path: trace_path.clone(),
         source,
     })?;
 
     let report_path = dir.join("report.html");
-    let opts = ReportOptions {
-        generator: generator.to_string(),
+    let report_opts = ReportOptions {
+        generator: opts.generator.clone(),
         ..ReportOptions::default()
     };
-    std::fs::write(&report_path, report_html(&run, &opts)).map_err(|e| create(&report_path, e))?;
+    create_file(&report_path, opts.existing)?
+        .write_all(report_html(&run, &report_opts).as_bytes())
+        .map_err(|e| create(&report_path, e))?;
 
     let devices = (0..analysis.devices.clamp(1, MAX_XSPACE_DEVICES))
         .map(|ordinal| SimulatedDevice {
@@ -109,8 +126,9 @@ pub fn write_views(
             devices,
             host: HOST.to_string(),
             steps: 1,
-            start_ns: now_ns(),
+            start_ns: if opts.timestamp { now_ns() } else { 0 },
         },
+        opts.existing,
     )?;
 
     Ok(Views {
