@@ -96,12 +96,14 @@ def apt_install(packages, why):
     command = f"sudo apt-get install -y {' '.join(packages)}"
     prefix = apt_prefix()
     if prefix is None:
-        raise ProvisionError(f"{why} needs {' '.join(packages)}; cannot install it here. Run:\n  {command}")
+        raise ProvisionError(
+            f"{why} needs {' '.join(packages)}, and apt-get is not allowed here (not root, no passwordless sudo). Run:\n  {command}"
+        )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     # Another apt on the machine (another checkout's tests) holds dpkg's lock: wait for it.
     wait = ["-o", "DPkg::Lock::Timeout=600"]
     started = time.monotonic()
-    log(f"installing {' '.join(packages)} with apt-get ({why}) ...")
+    log(f"installing {' '.join(packages)} with apt-get, for {why} ...")
     for cmd, what in [
         ([*prefix, "apt-get", *wait, "update", "-qq"], "apt-get update"),
         ([*prefix, "apt-get", *wait, "install", "-y", "-qq", *packages], "apt-get install"),
@@ -175,7 +177,7 @@ def chromium(tools):
         found = find_browser()  # another process may have installed it while we waited
         if found:
             return found
-        apt_install(["chromium"], "headless Chromium (crates/report/tests/browser.rs)")
+        apt_install(["chromium"], "crates/report/tests/browser.rs")
         found = find_browser()
         if not found:
             raise ProvisionError(f"chromium installed but none of {BROWSERS} is on PATH")
