@@ -2,30 +2,16 @@
 //! runs without errors (the op table gets sorted), it asks for nothing from
 //! the network, and a screenshot is kept under `target/tmp/tpusim-report/`.
 //!
-//! Needs `chromium` (Debian package) on PATH; set `TPUSIM_SKIP_BROWSER=1` to
-//! skip on a machine without it. Without that variable a missing browser is
-//! a failure.
+//! Uses the Chromium on PATH; where there is none, the first run installs the
+//! `chromium` Debian package when it is allowed (see `tpusim-testtools`), and
+//! otherwise fails with the command to run.
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use tpusim_report::{report_html, ReportOptions};
-
-const BROWSERS: [&str; 4] = [
-    "chromium",
-    "chromium-browser",
-    "google-chrome",
-    "google-chrome-stable",
-];
-
-fn find_browser() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| BROWSERS.iter().map(move |b| dir.join(b)))
-        .find(|p| p.is_file())
-}
 
 /// Runs the browser headless on `url` with `extra` flags, killed after a minute.
 fn headless(browser: &Path, extra: &[String], url: &str, profile: &Path) -> Output {
@@ -98,16 +84,7 @@ fn page_errors(stderr: &str) -> Vec<&str> {
 
 #[test]
 fn report_renders_in_headless_chromium_without_errors() {
-    if std::env::var("TPUSIM_SKIP_BROWSER").as_deref() == Ok("1") {
-        eprintln!("skipped: TPUSIM_SKIP_BROWSER=1");
-        return;
-    }
-    let browser = find_browser().unwrap_or_else(|| {
-        panic!(
-            "no Chromium on PATH (tried {BROWSERS:?}): apt-get install chromium, \
-             or set TPUSIM_SKIP_BROWSER=1 to skip this test"
-        )
-    });
+    let browser = tpusim_testtools::chromium(env!("CARGO_TARGET_TMPDIR"));
     let sim = common::simulate(
         "corpus/jax_generated/transformer_train_step_sharded.compiled.hlo",
         "v5e",

@@ -1,13 +1,16 @@
 //! Real xprof reads our XSpace: hlo_stats and op_profile list our ops with
 //! our FLOPs and times summing to the predicted step; roofline_model and
-//! overview_page are populated. Needs `pip install xprof` (CI installs it);
-//! set TPUSIM_SKIP_XPROF=1 to skip where it cannot be installed.
+//! overview_page are populated. xprof runs from a virtualenv under
+//! `target/tools` that the first run builds (see `tpusim-testtools`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tpusim_arch::by_id;
 use tpusim_perf::{op_time, schedule_with_memory, CommCost, CommModel, Lane, LocalOnly};
 use tpusim_trace::{write_xspace, SimulatedDevice, SimulatedRun};
+
+/// The xprof that tools/xprof_check.py was written against.
+const XPROF: &str = "xprof==2.24.2";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -70,16 +73,13 @@ fn check_with_xprof(tag: &str, m: &tpusim_hlo::Module, comm: &dyn CommModel, dev
     let want_path = dir.join("expected.json");
     std::fs::write(&want_path, want.to_string()).unwrap();
 
-    if std::env::var("TPUSIM_SKIP_XPROF").is_ok_and(|v| v == "1") {
-        eprintln!("TPUSIM_SKIP_XPROF=1: xprof conversions not run");
-        return;
-    }
-    let out = Command::new("python3")
+    let python = tpusim_testtools::python_venv(env!("CARGO_TARGET_TMPDIR"), "xprof-venv", &[XPROF]);
+    let out = Command::new(python)
         .arg(repo().join("tools/xprof_check.py"))
         .arg(&path)
         .arg(&want_path)
         .output()
-        .expect("python3 runs");
+        .expect("the venv's python runs");
     let log = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
