@@ -29,14 +29,17 @@ mod comm;
 pub mod memory;
 mod op;
 pub mod schedule;
+pub mod tensorcore;
 
 pub use comm::{CollectiveStat, CommCost, CommModel, CommSummary, LocalOnly};
 pub use memory::{Allocation, BufferKind, LiveBuffer, MemoryPoint, MemoryProfile};
 pub use schedule::{op_name_path, schedule, schedule_with_memory, Event, Lane, Schedule};
 
 pub use op::{
-    is_free, op_time, padded_dim, transcendental_cost, Bound, MatmulInfo, OpTime, SUBLANES,
+    explain_in, is_free, op_time, op_time_in, padded_dim, transcendental_cost, Bound, MatmulInfo,
+    OpTime, SUBLANES,
 };
+pub use tensorcore::{KernelExplain, MxuSchedule, TimingContext};
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -508,6 +511,12 @@ impl NetAcc {
     }
 }
 
+/// Ops of a program walk run among other kernels of one program.
+pub(crate) const IN_PROGRAM: TimingContext = TimingContext {
+    in_program: true,
+    warm_operands: false,
+};
+
 /// Nesting limit for calls, loops and branches (recursion is not valid HLO,
 /// but the walk must not overflow on a malformed module).
 const MAX_DEPTH: u32 = 64;
@@ -684,7 +693,7 @@ impl<'a> Walk<'a> {
         let t = self
             .cache
             .entry(id)
-            .or_insert_with(|| op_time(m, chip, id))
+            .or_insert_with(|| op_time_in(m, chip, id, IN_PROGRAM))
             .clone();
         let ins = m.instr(id);
         let is_comm = ins.opcode.category() == OpCategory::Collective;
