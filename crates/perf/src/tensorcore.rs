@@ -279,7 +279,10 @@ pub fn kernel_time(
             // multiply and a reduction (dot strength reduction): VPU work,
             // two kernels, operands streamed from HBM.
             vector_flops += mm.flops;
-            launches = 2.0;
+            if mm.k > 1 {
+                // K = 1 needs no reduction: a single multiply kernel.
+                launches = 2.0;
+            }
             e.notes.push(format!(
                 "matrix-vector dot ({}x{}x{}): multiply + reduce on the VPU, not the MXU",
                 mm.m, mm.n, mm.k
@@ -301,6 +304,9 @@ pub fn kernel_time(
     }
 
     let hbm = chip.memory.hbm_bandwidth_bytes_per_s * tc.hbm_efficiency;
+    // Measured on v4: MXU kernels re-read warm operands from CMEM;
+    // elementwise kernels and matrix-vector products stream from HBM even
+    // when their data would fit.
     let warm_cmem = ctx.warm_operands
         && !e.mxu.is_empty()
         && tc.cmem_bytes > 0
@@ -342,23 +348,137 @@ pub fn kernel_time(
     e
 }
 
+/// How the model timed the op named `name` (in a program), as text lines;
+/// `None` when the module has no such op.
+pub fn explain_op(m: &Module, chip: &Chip, name: &str) -> Option<Vec<String>> {
+    let k = m.instrs.iter().position(|i| i.name == name)?;
+    let id = InstrId(k as u32);
+    let ins = m.instr(id);
+    let lone = crate::op::op_time_in(m, chip, id, TimingContext::default());
+    let mut out = vec![format!(
+        "explain {} ({}) on {}: {}",
+        ins.name,
+        ins.opcode.name(),
+        chip.name,
+        ins.shape
+    )];
+    let Some(e) = crate::op::explain_in(m, chip, id, crate::IN_PROGRAM) else {
+        out.push(format!(
+            "  roofline (no [tensorcore] table for {}): mxu {} | vpu {} | hbm {} + overhead {} = {}",
+            chip.id,
+            us(lone.mxu_s),
+            us(lone.vpu_s),
+            us(lone.hbm_s),
+            us(lone.overhead_s),
+            us(lone.time_s)
+        ));
+        return Some(out);
+    };
+    let clock = chip.clock_hz;
+    for s in &e.mxu {
+        out.push(format!(
+            "  MXU: {} weight tiles ({}x{}), {} rows streamed per tile{}, {} passes over {} MXUs",
+            s.tiles,
+            chip.mxu_dim().unwrap_or(128),
+            chip.mxu_dim().unwrap_or(128),
+            s.rows,
+            if s.swapped {
+                " (operands swapped: LHS stationary)"
+            } else {
+                ""
+            },
+            s.passes,
+            s.mxus
+        ));
+        out.push(format!(
+            "       per MXU: stream {:.0} + unhidden weight loads {:.0} + pass overhead {:.0} + fill/drain {:.0} = {:.0} cycles x {} precision pass(es) = {}",
+            s.stream_cycles,
+            s.weight_load_cycles,
+            s.pass_overhead_cycles,
+            s.fill_drain_cycles,
+            s.cycles / f64::from(s.precision_passes.max(1)),
+            s.precision_passes,
+            us(s.cycles / clock)
+        ));
+    }
+    out.push(format!("  VPU: {}   XLU: {}", us(e.vpu_s), us(e.xlu_s)));
+    out.push(format!(
+        "  DMA: {} in + {} out (tiled layout){}, {} tiles of {} = {}",
+        bytes(e.bytes_in),
+        bytes(e.bytes_out),
+        if e.bytes_from_cmem > 0.0 {
+            format!(" ({} from CMEM)", bytes(e.bytes_from_cmem))
+        } else {
+            String::new()
+        },
+        e.dma_tiles,
+        bytes(e.dma_bytes_per_tile),
+        us(e.dma_s)
+    ));
+    let compute = e.mxu_s.max(e.vpu_s).max(e.xlu_s);
+    let unit = if compute == e.mxu_s && e.mxu_s > 0.0 {
+        "MXU"
+    } else if compute == e.xlu_s && e.xlu_s > 0.0 {
+        "XLU"
+    } else {
+        "VPU"
+    };
+    out.push(format!(
+        "  steady state: max(compute {} [{unit}], DMA {}) = {} -> {}-bound",
+        us(compute),
+        us(e.dma_s),
+        us(compute.max(e.dma_s)),
+        if e.dma_s >= compute { "DMA" } else { unit }
+    ));
+    out.push(format!(
+        "  + prologue (first tile in) {} + epilogue (last tile out) {}",
+        us(e.prologue_s),
+        us(e.epilogue_s)
+    ));
+    out.push(format!(
+        "  + fixed: in a program {} -> {};  as a lone kernel {} -> {}",
+        us(e.fixed_s),
+        us(e.time_s),
+        us(lone.overhead_s),
+        us(lone.time_s)
+    ));
+    for n in e.notes.iter().chain(e.custom_call.iter()) {
+        out.push(format!("  note: {n}"));
+    }
+    Some(out)
+}
+
+fn us(s: f64) -> String {
+    format!("{:.3} us", s * 1e6)
+}
+
+fn bytes(b: f64) -> String {
+    if b >= 1048576.0 {
+        format!("{:.2} MiB", b / 1048576.0)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
 /// A dot whose rows or output columns are a single vector.
 pub fn is_matrix_vector(mm: &MatmulInfo) -> bool {
     mm.m == 1 || mm.n == 1
 }
 
-fn is_transpose(m: &Module, id: InstrId) -> bool {
+fn contains(m: &Module, id: InstrId, op: Opcode) -> bool {
     let ins = m.instr(id);
-    match ins.opcode {
-        Opcode::Transpose => true,
-        Opcode::Fusion => ins.called_computations().iter().any(|&c| {
-            m.comp(c)
-                .instrs
+    ins.opcode == op
+        || (ins.opcode == Opcode::Fusion
+            && ins
+                .called_computations()
                 .iter()
-                .any(|&j| m.instr(j).opcode == Opcode::Transpose)
-        }),
-        _ => false,
-    }
+                .any(|&c| m.comp(c).instrs.iter().any(|&j| m.instr(j).opcode == op)))
+}
+
+fn is_transpose(m: &Module, id: InstrId) -> bool {
+    contains(m, id, Opcode::Transpose)
 }
 
 #[cfg(test)]
@@ -371,7 +491,7 @@ mod tests {
         // 18 -> 24 rows, 8 -> 128 lanes; the first is cheaper.
         assert_eq!(
             tiled_bytes(PrimitiveType::Bf16, &[1, 8, 18], 128),
-            16.0 * 128.0 * 2.0
+            8.0 * 128.0 * 2.0
         );
         // f32 (1, 1, 300) is a vector: 300 -> 384 lanes.
         assert_eq!(
