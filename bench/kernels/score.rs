@@ -235,3 +235,55 @@ pub fn score_of(cases: &[Case], chip: &Chip, keep: impl Fn(&Case) -> bool) -> Sc
         .collect();
     score(&pairs)
 }
+
+/// One measured whole-model forward pass.
+pub struct ModelCase {
+    pub model: String,
+    pub seq: u64,
+    pub batch: u64,
+    pub module: Module,
+    pub measured_s: f64,
+}
+
+/// The whole-model HLO (bench/kernels/models, from tools/gen_model_hlo.py)
+/// of every measured (model, seq, batch).
+pub fn load_models(dir: &Path) -> Result<Vec<ModelCase>, String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    for row in read_csv(&dir.join("e2e_device_truth_tpuv4.csv"))? {
+        if field(&row, "status") != "ok" {
+            continue;
+        }
+        let (model, seq, batch) = (
+            field(&row, "model").to_string(),
+            num(&row, "seq") as u64,
+            num(&row, "batch") as u64,
+        );
+        let path = dir.join(format!("../models/{model}_s{seq}_b{batch}.hlo.gz"));
+        let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(file)
+            .read_to_string(&mut text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let module = parse_module(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        out.push(ModelCase {
+            model,
+            seq,
+            batch,
+            module,
+            measured_s: num(&row, "device_ms") * 1e-3,
+        });
+    }
+    Ok(out)
+}
+
+/// Predicted device time of one forward pass: the program walk plus the
+/// per-program overhead (the measurement includes one execute's launch).
+pub fn predict_model(c: &ModelCase, chip: &Chip) -> f64 {
+    let a = tpusim_perf::analyze(&c.module, chip);
+    a.step_time_s
+        + chip
+            .tensorcore
+            .as_ref()
+            .map_or(0.0, |t| t.program_overhead_s)
+}

@@ -214,6 +214,9 @@ fn main() -> Result<(), String> {
             insample.mape
         );
     }
+    if !std::env::args().any(|a| a == "--no-models") {
+        models(&chip, &roofline)?;
+    }
     if std::env::args().any(|a| a == "--worst") {
         let mut errs: Vec<(f64, &Case, f64)> = cases
             .iter()
@@ -236,5 +239,36 @@ fn main() -> Result<(), String> {
             );
         }
     }
+    Ok(())
+}
+
+fn models(chip: &Chip, roofline: &Chip) -> Result<(), String> {
+    let cases = score::load_models(&score::data_dir())?;
+    println!("\nWhole-model forward passes (device_ms, torch_xla on v4; our JAX HLO):\n");
+    println!("| model | seq | batch | measured ms | roofline ms | model ms | error |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut pairs = Vec::new();
+    let mut roof = Vec::new();
+    for c in &cases {
+        let p = score::predict_model(c, chip);
+        let r = tpusim_perf::analyze(&c.module, roofline).step_time_s;
+        println!(
+            "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:+.1}% |",
+            c.model,
+            c.seq,
+            c.batch,
+            c.measured_s * 1e3,
+            r * 1e3,
+            p * 1e3,
+            100.0 * (p - c.measured_s) / c.measured_s
+        );
+        pairs.push((p, c.measured_s));
+        roof.push((r, c.measured_s));
+    }
+    let (s, r) = (score(&pairs), score(&roof));
+    println!(
+        "\nwhole models: n={} MAPE {:.1}% (roofline {:.1}%), median {:.1}%, bias {:+.1}% (roofline {:+.1}%); SCALE-Sim TPU ~16% leave-one-model-out",
+        s.n, s.mape, r.mape, s.median, s.bias, r.bias
+    );
     Ok(())
 }
