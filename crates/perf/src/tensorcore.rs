@@ -17,8 +17,9 @@
 //!   transposes over the XLU one vreg per cycle per core.
 //!
 //! Arrays move in their tiled layout: the minor dim is padded to 128 lanes
-//! and the second-minor to the 8 sublanes. Size-1 dims are dropped and the cheaper of the two minor-dim
-//! orders is taken (XLA's layout assignment is free to pick it).
+//! and the second-minor to the 8 sublanes. Size-1 dims are dropped and the
+//! pair of dims tiled as (rows, lanes) is the one with the least padding
+//! (XLA's layout assignment picks layouts).
 //!
 //! Constants come from the chip file's `[tensorcore]` table; a chip without
 //! one is timed by the plain roofline (see `op.rs`).
@@ -111,15 +112,29 @@ pub fn tiled_bytes(ty: PrimitiveType, dims: &[i64], lanes: u64) -> f64 {
     // 8-row arrays run as fast per byte as on 16-row ones (XLA picks a
     // small tile rather than a packed 16-row one).
     let sublane_tile = SUBLANES;
+    let pad = |r: u64, c: u64| r.div_ceil(sublane_tile) * sublane_tile * c.div_ceil(lanes) * lanes;
     let elems = match dims.as_slice() {
         [] => 1,
         [n] => n.div_ceil(lanes) * lanes,
-        [rest @ .., a, b] => {
-            let major: u64 = rest.iter().product();
-            let pad = |r: u64, c: u64| {
-                r.div_ceil(sublane_tile) * sublane_tile * c.div_ceil(lanes) * lanes
-            };
-            major.saturating_mul(pad(*a, *b).min(pad(*b, *a)))
+        _ => {
+            // Any two dims may be the tiled minor pair (XLA's layout
+            // assignment is free to pick them): the least padding wins.
+            let mut best = u64::MAX;
+            for (i, &r) in dims.iter().enumerate() {
+                for (j, &c) in dims.iter().enumerate() {
+                    if i == j {
+                        continue;
+                    }
+                    let rest: u64 = dims
+                        .iter()
+                        .enumerate()
+                        .filter(|(k, _)| *k != i && *k != j)
+                        .map(|(_, &d)| d)
+                        .fold(1u64, |a, d| a.saturating_mul(d));
+                    best = best.min(rest.saturating_mul(pad(r, c)));
+                }
+            }
+            best
         }
     };
     elems as f64 * width as f64
@@ -238,7 +253,12 @@ pub fn kernel_time(
     e.bytes_in = ins
         .operands
         .iter()
-        .map(|&o| shape_tiled_bytes(&m.instr(o).shape, lanes))
+        .enumerate()
+        .map(|(k, &o)| match sliced_read(m, id, k) {
+            // Only the rows a gather or slice selects are brought in.
+            Some(read) => read.min(shape_tiled_bytes(&m.instr(o).shape, lanes)),
+            None => shape_tiled_bytes(&m.instr(o).shape, lanes),
+        })
         .sum();
     if ins.opcode == Opcode::CustomCall {
         let target = match ins.attr("custom_call_target") {
@@ -460,6 +480,42 @@ fn bytes(b: f64) -> String {
     } else {
         format!("{b:.0} B")
     }
+}
+
+/// Bytes a kernel reads of operand `k` when it only gathers or slices it
+/// (the sliced result's size), or `None` when it reads all of it.
+fn sliced_read(m: &Module, id: InstrId, k: usize) -> Option<f64> {
+    let lanes = 128;
+    let ins = m.instr(id);
+    let slicing = |op: Opcode| matches!(op, Opcode::Gather | Opcode::DynamicSlice | Opcode::Slice);
+    if slicing(ins.opcode) {
+        return (k == 0).then(|| shape_tiled_bytes(&ins.shape, lanes));
+    }
+    if ins.opcode != Opcode::Fusion {
+        return None;
+    }
+    // Inside a fusion: the parameter for operand k, if every user slices it.
+    let comp = *ins.called_computations().first()?;
+    let param = *m.comp(comp).params.get(k)?;
+    let users: Vec<InstrId> = m
+        .comp(comp)
+        .instrs
+        .iter()
+        .copied()
+        .filter(|&j| m.instr(j).operands.contains(&param))
+        .collect();
+    if users.is_empty() {
+        return None;
+    }
+    let mut total = 0.0;
+    for j in users {
+        let u = m.instr(j);
+        if !slicing(u.opcode) || u.operands.first() != Some(&param) {
+            return None;
+        }
+        total += shape_tiled_bytes(&u.shape, lanes);
+    }
+    Some(total)
 }
 
 /// A dot whose rows or output columns are a single vector.
