@@ -194,6 +194,17 @@ pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analy
     walk.comp(m.entry, 1, &mut acc, 0);
     walk.flush_in_flight(&mut acc);
     let mut assumptions = std::mem::take(&mut walk.assumptions);
+    if let Some(tc) = &chip.tensorcore {
+        assumptions.push(format!(
+            "TensorCore model: each kernel costs max(compute, DMA) over its tiles plus {:.2} µs \
+             inside a program (a lone kernel: {:.2} µs); HBM at {:.0}% of peak; the {:.1} µs \
+             per-program launch overhead is not in the step time",
+            tc.in_program_kernel_s * 1e6,
+            tc.kernel_launch_s * 1e6,
+            tc.hbm_efficiency * 100.0,
+            tc.program_overhead_s * 1e6
+        ));
+    }
     let net = std::mem::take(&mut walk.net);
     if unfused {
         assumptions.push(
@@ -696,6 +707,9 @@ impl<'a> Walk<'a> {
             .or_insert_with(|| op_time_in(m, chip, id, IN_PROGRAM))
             .clone();
         let ins = m.instr(id);
+        if ins.opcode == Opcode::CustomCall {
+            self.assume(custom_call_assumption(m, chip, id));
+        }
         let is_comm = ins.opcode.category() == OpCategory::Collective;
         if is_comm {
             if let Some(c) = self.comm_cost(id) {
@@ -751,6 +765,25 @@ impl<'a> Walk<'a> {
             matmul: t.matmul,
         });
     }
+}
+
+/// How a custom call was priced, for the report: from its cost estimate,
+/// or (with no estimate) as its operand and result traffic only.
+fn custom_call_assumption(m: &Module, chip: &Chip, id: InstrId) -> String {
+    let ins = m.instr(id);
+    let how = match explain_in(m, chip, id, IN_PROGRAM).and_then(|e| e.custom_call) {
+        Some(s) => s,
+        None => match tensorcore::custom_call_estimate(m, id) {
+            Some((f, t, b)) => format!(
+                "cost_estimate {f:.3e} flops, {t:.3e} transcendentals, {b:.3e} bytes (the \
+                 roofline prices XLA's own count of the op)"
+            ),
+            None => "no cost_estimate: timed as its operand and result traffic only (compute \
+                     unknown)"
+                .to_string(),
+        },
+    };
+    format!("custom call {}: {how}", ins.name)
 }
 
 fn is_async_start(op: Opcode) -> bool {
