@@ -1,8 +1,11 @@
 //! tpusim-perf: the single-device performance model.
 //!
-//! Every executed op (a fusion or an unfused instruction) takes
-//! `max(mxu, vpu, hbm) + per-op overhead` on one device, never less than the
-//! physical roofline:
+//! Every executed op (a fusion or an unfused instruction) is a kernel. On a
+//! chip with a `[tensorcore]` table it is timed by the TensorCore model
+//! ([`tensorcore`]): the MXU tile schedule, VPU/XLU work and the HBM→VMEM
+//! DMA pipeline, `max(compute, DMA)` plus prologue/epilogue and a fixed
+//! per-kernel cost. Other chips use the roofline, `max(mxu, vpu, hbm) +
+//! per-op overhead`:
 //! - **MXU**: dots and convolutions, with rows padded to the 8 sublanes and
 //!   contracting/output columns padded to the MXU edge, at the operand type's
 //!   rate (f32 on TPUs as 1, 3 or 6 bf16 passes by `operand_precision`);
