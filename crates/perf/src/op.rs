@@ -224,12 +224,12 @@ fn from_kernel(cost: tpusim_cost::InstrCost, matmuls: Vec<MatmulInfo>, e: Kernel
     let mxu_s = e.mxu_s;
     let vpu_s = e.vpu_s.max(e.xlu_s);
     let hbm_s = e.dma_s + e.prologue_s + e.epilogue_s;
-    let busiest = mxu_s.max(vpu_s).max(e.dma_s);
+    let busiest = mxu_s.max(vpu_s).max(e.steady_dma_s);
     let bound = if e.fixed_s > busiest {
         Bound::Overhead
     } else if busiest == mxu_s {
         Bound::Mxu
-    } else if busiest == e.dma_s {
+    } else if busiest == e.steady_dma_s {
         Bound::Hbm
     } else {
         Bound::Vpu
