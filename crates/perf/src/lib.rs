@@ -28,6 +28,7 @@
 //! Like the other analysis crates, this one never prints and never panics on
 //! a parsed module.
 
+mod attention;
 mod comm;
 pub mod memory;
 mod op;
@@ -218,6 +219,9 @@ pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analy
     }
     let memory = schedule::memory_of(m, module, chip);
     let mut a = finish(module, chip, acc, xla, unfused, assumptions);
+    if let Some(h) = attention::flash_hint(m, &a) {
+        a.hints.push(h);
+    }
     a.devices = comm.devices(module);
     net.summarize(&mut a, comm.describe());
     if let Some(w) = &memory.warning {

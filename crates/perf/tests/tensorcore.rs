@@ -158,3 +158,44 @@ fn explain_names_tiles_cycles_dma_and_the_bound() {
     }
     assert!(explain_op(&m, &by_id("v4").unwrap(), "nope").is_none());
 }
+
+fn gz_module(path: &str) -> tpusim_hlo::Module {
+    use std::io::Read;
+    let file = std::fs::File::open(path).unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_string(&mut text)
+        .unwrap();
+    module(&text)
+}
+
+#[test]
+fn unfused_attention_gets_a_flash_hint_and_an_mlp_does_not() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/kernels/models/gpt2_s128_b1.hlo.gz"
+    );
+    let a = analyze(&gz_module(path), &by_id("v4").unwrap());
+    let hint = a
+        .hints
+        .iter()
+        .find(|h| h.contains("unfused attention"))
+        .unwrap_or_else(|| panic!("no attention hint in {:?}", a.hints));
+    // GPT-2: 12 layers, scores [1, 12 heads, 128, 128].
+    assert!(
+        hint.starts_with("12 unfused attention pattern(s)"),
+        "{hint}"
+    );
+    assert!(hint.contains("[1,12,128,128]"), "{hint}");
+    let mlp = "HloModule mlp\n\nENTRY e {\n  x = bf16[128,768] parameter(0)\n  \
+               w1 = bf16[768,3072] parameter(1)\n  w2 = bf16[3072,768] parameter(2)\n  \
+               h = bf16[128,3072] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  \
+               g = bf16[128,3072] tanh(h)\n  \
+               ROOT y = bf16[128,768] dot(g, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+    let a = analyze(&module(mlp), &by_id("v4").unwrap());
+    assert!(
+        !a.hints.iter().any(|h| h.contains("attention")),
+        "{:?}",
+        a.hints
+    );
+}
