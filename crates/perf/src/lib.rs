@@ -202,7 +202,8 @@ pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analy
         assumptions.push(format!(
             "TensorCore model: each kernel costs max(compute, DMA) over its tiles plus {:.2} µs \
              inside a program (a lone kernel: {:.2} µs); HBM at {:.0}% of peak; the {:.1} µs \
-             per-program launch overhead is not in the step time",
+             per-program launch overhead is not in the step time; each operand is read from HBM \
+             once per kernel (re-reads forced by VMEM capacity are not modelled)",
             tc.in_program_kernel_s * 1e6,
             tc.kernel_launch_s * 1e6,
             tc.hbm_efficiency * 100.0,
