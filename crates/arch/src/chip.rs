@@ -45,6 +45,10 @@ pub struct Chip {
     /// GPU streaming-multiprocessor resources; present exactly when `kind = "gpu"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuCores>,
+    /// The TensorCore timing model's constants (MXU schedule, DMA, launch
+    /// costs). Without it a chip is timed by the plain roofline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensorcore: Option<TensorCoreTiming>,
     /// Peak dense matrix-multiply rates of one device.
     pub matmul: MatmulPeaks,
     /// Peak elementwise (VPU / CUDA-core) rate of one device.
@@ -75,6 +79,40 @@ pub struct TpuCores {
     pub vpu_alus_per_lane: u32,
     /// VMEM (on-core scratchpad) per TensorCore, in bytes.
     pub vmem_bytes_per_tensorcore: u64,
+}
+
+/// Constants of the TensorCore timing model (tpusim-perf's `tensorcore`
+/// module): how an MXU schedule, the HBM->VMEM DMA pipeline and kernel
+/// launches cost time. Each is either a hardware fact with a source or a
+/// constant measured from kernel timings (the chip file names the data).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorCoreTiming {
+    /// Fraction of peak HBM bandwidth a streaming kernel's DMAs reach.
+    pub hbm_efficiency: f64,
+    /// Cycles to fill and drain a systolic array once per kernel (data
+    /// enters at one edge and results leave the other: about 2 x the edge).
+    pub mxu_fill_drain_cycles: f64,
+    /// Cycles to load one weight tile into an MXU when it cannot be hidden
+    /// behind streaming (few LHS rows per tile).
+    pub mxu_weight_load_cycles: f64,
+    /// Cycles lost per MXU pass (one weight tile times one row block of
+    /// `mxu_dim` rows): popping results and accumulating them in VMEM.
+    pub mxu_pass_overhead_cycles: f64,
+    /// Fixed device time of one lone kernel (launch, first DMA in, last DMA
+    /// out, synchronisation), seconds.
+    pub kernel_launch_s: f64,
+    /// Device time one program adds once per execution around its kernels
+    /// (program start and end), seconds.
+    pub program_overhead_s: f64,
+    /// Fixed cost of one kernel inside a program, where its prologue and
+    /// epilogue overlap its neighbours', seconds.
+    pub in_program_kernel_s: f64,
+    /// On-chip memory outside the cores that can keep operands between
+    /// kernels (CMEM on v4), bytes; 0 when the chip has none.
+    pub cmem_bytes: u64,
+    /// Read bandwidth of operands served from CMEM, bytes/s (0 without CMEM).
+    pub cmem_bandwidth_bytes_per_s: f64,
 }
 
 /// The streaming multiprocessors of one GPU.

@@ -31,6 +31,7 @@ pub(crate) fn validate(chip: &Chip, text: &str, origin: &str) -> Result<(), Arch
     v.cores(chip)?;
     v.matmul(chip)?;
     v.memory(chip)?;
+    v.tensorcore(chip)?;
     v.interconnect(chip)?;
     v.host(chip)
 }
@@ -84,6 +85,44 @@ impl Validator<'_> {
                 field,
                 format!("{value} bytes is implausibly small; write plain bytes (e.g. 16_000_000_000, not 16)"),
             ));
+        }
+        Ok(())
+    }
+
+    fn tensorcore(&self, chip: &Chip) -> Check {
+        let Some(t) = &chip.tensorcore else {
+            return Ok(());
+        };
+        if !(t.hbm_efficiency > 0.0 && t.hbm_efficiency <= 1.0) {
+            return Err(self.fail(
+                "tensorcore.hbm_efficiency",
+                format!("must be a fraction in (0, 1], got {}", t.hbm_efficiency),
+            ));
+        }
+        for (field, cycles) in [
+            ("tensorcore.mxu_fill_drain_cycles", t.mxu_fill_drain_cycles),
+            (
+                "tensorcore.mxu_weight_load_cycles",
+                t.mxu_weight_load_cycles,
+            ),
+            (
+                "tensorcore.mxu_pass_overhead_cycles",
+                t.mxu_pass_overhead_cycles,
+            ),
+        ] {
+            if !(cycles.is_finite() && (0.0..=1e6).contains(&cycles)) {
+                return Err(self.fail(field, format!("must be 0..1e6 cycles, got {cycles}")));
+            }
+        }
+        self.latency("tensorcore.kernel_launch_s", t.kernel_launch_s)?;
+        self.latency("tensorcore.program_overhead_s", t.program_overhead_s)?;
+        self.latency("tensorcore.in_program_kernel_s", t.in_program_kernel_s)?;
+        if t.cmem_bytes > 0 {
+            self.rate(
+                "tensorcore.cmem_bandwidth_bytes_per_s",
+                t.cmem_bandwidth_bytes_per_s,
+                "bytes/s",
+            )?;
         }
         Ok(())
     }

@@ -171,6 +171,20 @@ fn schema_rules_name_the_field_and_position() {
             "dims = 2",
         ),
         (
+            "hbm_efficiency = 0.77",
+            "hbm_efficiency = 1.5",
+            "tensorcore.hbm_efficiency",
+            "1.5",
+            "fraction",
+        ),
+        (
+            "kernel_launch_s = 9.0e-7",
+            "kernel_launch_s = 0.9",
+            "tensorcore.kernel_launch_s",
+            "0.9",
+            "write seconds",
+        ),
+        (
             "vpu_alus_per_lane = 4",
             "vpu_alus_per_lane = 8",
             "vector.f32_flops_per_s",

@@ -19,6 +19,10 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     pod: PodArgs,
+    /// Also print how the TensorCore model timed the op named OP (tiles,
+    /// fill/drain cycles, DMA bytes per tile, the bound of each phase)
+    #[arg(long, value_name = "OP")]
+    explain: Option<String>,
 }
 
 /// The chip to simulate (shared by `analyze` and `trace`).
@@ -136,6 +140,20 @@ pub fn run(args: &Args) -> Result<bool> {
             out::line("");
         }
         report(a, &chip.name);
+    }
+    if let Some(op) = &args.explain {
+        let mut found = false;
+        for (m, _) in &modules {
+            let timed = tpusim_perf::timed_module(m);
+            if let Some(lines) = tpusim_perf::tensorcore::explain_op(timed.module(), &chip, op) {
+                found = true;
+                out::line("");
+                lines.into_iter().for_each(out::line);
+            }
+        }
+        if !found {
+            anyhow::bail!("--explain: no op named `{op}` in {}", args.file);
+        }
     }
     Ok(true)
 }

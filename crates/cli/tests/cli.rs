@@ -900,3 +900,32 @@ fn sharded_corpus_cases_run_and_analyze() {
             .all(|c| c["group_size"].as_u64() > Some(1)));
     }
 }
+
+#[test]
+fn analyze_explain_prints_how_one_op_was_timed() {
+    let gemm = "HloModule g\n\nENTRY e {\n  x = bf16[1024,512] parameter(0)\n  \
+                y = bf16[512,2048] parameter(1)\n  ROOT d = bf16[1024,2048] dot(x, y), \
+                lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+    let out = tpusim(
+        &["analyze", "-", "--chip", "v4", "--explain", "d"],
+        Some(gemm),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    // K 512 -> 4 tiles, N 2048 -> 16: 64 weight tiles of 1024 rows.
+    for want in [
+        "explain d (dot) on TPU v4",
+        "64 weight tiles",
+        "fill/drain 256",
+        "DMA:",
+        "-bound",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
+    let out = tpusim(
+        &["analyze", "-", "--chip", "v4", "--explain", "nope"],
+        Some(gemm),
+    );
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("no op named `nope`"));
+}

@@ -1,8 +1,11 @@
 //! tpusim-perf: the single-device performance model.
 //!
-//! Every executed op (a fusion or an unfused instruction) takes
-//! `max(mxu, vpu, hbm) + per-op overhead` on one device, never less than the
-//! physical roofline:
+//! Every executed op (a fusion or an unfused instruction) is a kernel. On a
+//! chip with a `[tensorcore]` table it is timed by the TensorCore model
+//! ([`tensorcore`]): the MXU tile schedule, VPU/XLU work and the HBM→VMEM
+//! DMA pipeline, `max(compute, DMA)` plus prologue/epilogue and a fixed
+//! per-kernel cost. Other chips use the roofline, `max(mxu, vpu, hbm) +
+//! per-op overhead`:
 //! - **MXU**: dots and convolutions, with rows padded to the 8 sublanes and
 //!   contracting/output columns padded to the MXU edge, at the operand type's
 //!   rate (f32 on TPUs as 1, 3 or 6 bf16 passes by `operand_precision`);
@@ -25,18 +28,22 @@
 //! Like the other analysis crates, this one never prints and never panics on
 //! a parsed module.
 
+mod attention;
 mod comm;
 pub mod memory;
 mod op;
 pub mod schedule;
+pub mod tensorcore;
 
 pub use comm::{CollectiveStat, CommCost, CommModel, CommSummary, LocalOnly};
 pub use memory::{Allocation, BufferKind, LiveBuffer, MemoryPoint, MemoryProfile};
 pub use schedule::{op_name_path, schedule, schedule_with_memory, Event, Lane, Schedule};
 
 pub use op::{
-    is_free, op_time, padded_dim, transcendental_cost, Bound, MatmulInfo, OpTime, SUBLANES,
+    explain_in, is_free, op_time, op_time_in, padded_dim, transcendental_cost, Bound, MatmulInfo,
+    OpTime, SUBLANES,
 };
+pub use tensorcore::{KernelExplain, MxuSchedule, TimingContext};
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -191,6 +198,18 @@ pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analy
     walk.comp(m.entry, 1, &mut acc, 0);
     walk.flush_in_flight(&mut acc);
     let mut assumptions = std::mem::take(&mut walk.assumptions);
+    if let Some(tc) = &chip.tensorcore {
+        assumptions.push(format!(
+            "TensorCore model: each kernel costs max(compute, DMA) over its tiles plus {:.2} µs \
+             inside a program (a lone kernel: {:.2} µs); HBM at {:.0}% of peak; the {:.1} µs \
+             per-program launch overhead is not in the step time; each operand is read from HBM \
+             once per kernel (re-reads forced by VMEM capacity are not modelled)",
+            tc.in_program_kernel_s * 1e6,
+            tc.kernel_launch_s * 1e6,
+            tc.hbm_efficiency * 100.0,
+            tc.program_overhead_s * 1e6
+        ));
+    }
     let net = std::mem::take(&mut walk.net);
     if unfused {
         assumptions.push(
@@ -201,6 +220,9 @@ pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analy
     }
     let memory = schedule::memory_of(m, module, chip);
     let mut a = finish(module, chip, acc, xla, unfused, assumptions);
+    if let Some(h) = attention::flash_hint(m, &a) {
+        a.hints.push(h);
+    }
     a.devices = comm.devices(module);
     net.summarize(&mut a, comm.describe());
     if let Some(w) = &memory.warning {
@@ -508,6 +530,12 @@ impl NetAcc {
     }
 }
 
+/// Ops of a program walk run among other kernels of one program.
+pub(crate) const IN_PROGRAM: TimingContext = TimingContext {
+    in_program: true,
+    warm_operands: false,
+};
+
 /// Nesting limit for calls, loops and branches (recursion is not valid HLO,
 /// but the walk must not overflow on a malformed module).
 const MAX_DEPTH: u32 = 64;
@@ -684,9 +712,12 @@ impl<'a> Walk<'a> {
         let t = self
             .cache
             .entry(id)
-            .or_insert_with(|| op_time(m, chip, id))
+            .or_insert_with(|| op_time_in(m, chip, id, IN_PROGRAM))
             .clone();
         let ins = m.instr(id);
+        if ins.opcode == Opcode::CustomCall {
+            self.assume(custom_call_assumption(m, chip, id));
+        }
         let is_comm = ins.opcode.category() == OpCategory::Collective;
         if is_comm {
             if let Some(c) = self.comm_cost(id) {
@@ -742,6 +773,25 @@ impl<'a> Walk<'a> {
             matmul: t.matmul,
         });
     }
+}
+
+/// How a custom call was priced, for the report: from its cost estimate,
+/// or (with no estimate) as its operand and result traffic only.
+fn custom_call_assumption(m: &Module, chip: &Chip, id: InstrId) -> String {
+    let ins = m.instr(id);
+    let how = match explain_in(m, chip, id, IN_PROGRAM).and_then(|e| e.custom_call) {
+        Some(s) => s,
+        None => match tensorcore::custom_call_estimate(m, id) {
+            Some((f, t, b)) => format!(
+                "cost_estimate {f:.3e} flops, {t:.3e} transcendentals, {b:.3e} bytes (the \
+                 roofline prices XLA's own count of the op)"
+            ),
+            None => "no cost_estimate: timed as its operand and result traffic only (compute \
+                     unknown)"
+                .to_string(),
+        },
+    };
+    format!("custom call {}: {how}", ins.name)
 }
 
 fn is_async_start(op: Opcode) -> bool {

@@ -6,6 +6,8 @@ use tpusim_arch::{Chip, ChipKind, MatmulDtype};
 use tpusim_hlo::attr::AttrValue;
 use tpusim_hlo::{InstrId, Instruction, Module, Opcode, PrimitiveType, Shape};
 
+use crate::tensorcore::{kernel_time, KernelExplain, KernelInputs, TimingContext};
+
 /// The resource that sets an op's time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -135,9 +137,19 @@ pub fn is_free(op: Opcode) -> bool {
 /// elementwise op...). Control flow (while, call, conditional) is handled by
 /// the program walk, not here.
 pub fn op_time(m: &Module, chip: &Chip, id: InstrId) -> OpTime {
+    op_time_in(m, chip, id, TimingContext::default())
+}
+
+/// Time of one execution of `id` in context `ctx` (a lone kernel or one
+/// inside a program; cold or warm operands). Chips with a `[tensorcore]`
+/// table use the TensorCore model ([`crate::tensorcore`]), others the roofline.
+pub fn op_time_in(m: &Module, chip: &Chip, id: InstrId, ctx: TimingContext) -> OpTime {
     let cost = tpusim_cost::instruction_cost(m, id);
     let mut matmuls = Vec::new();
     collect_matmuls(m, chip, id, &mut matmuls, 0);
+    if let Some(e) = explain_in(m, chip, id, ctx) {
+        return from_kernel(cost, matmuls, e);
+    }
     // Folds from +0.0: an empty float `sum()` is -0.0.
     let mxu_useful = matmuls.iter().fold(0.0, |t, x| t + x.flops);
     let mxu_s = matmuls
@@ -174,6 +186,74 @@ pub fn op_time(m: &Module, chip: &Chip, id: InstrId) -> OpTime {
         hbm_s,
         overhead_s,
         time_s: busiest + overhead_s,
+        bound: Some(bound),
+        matmul: matmuls
+            .into_iter()
+            .max_by(|a, b| a.issued_flops.total_cmp(&b.issued_flops)),
+        matmul_flops,
+    }
+}
+
+/// The TensorCore model's account of `id`, when the chip has one.
+pub fn explain_in(
+    m: &Module,
+    chip: &Chip,
+    id: InstrId,
+    ctx: TimingContext,
+) -> Option<KernelExplain> {
+    let tc = chip
+        .tensorcore
+        .as_ref()
+        .filter(|_| chip.kind == ChipKind::Tpu)?;
+    let cost = tpusim_cost::instruction_cost(m, id);
+    let mut matmuls = Vec::new();
+    collect_matmuls(m, chip, id, &mut matmuls, 0);
+    let mxu_useful = matmuls.iter().fold(0.0, |t, x| t + x.flops);
+    let inputs = KernelInputs {
+        matmuls: &matmuls,
+        vector_flops: (cost.flops - mxu_useful).max(0.0),
+        transcendentals: cost.transcendentals,
+        vector_flops_per_s: chip.vector.f32_flops_per_s,
+        transcendental_cost: transcendental_cost(chip),
+    };
+    Some(kernel_time(m, chip, tc, id, &inputs, ctx))
+}
+
+/// An [`OpTime`] from the TensorCore model's account of a kernel.
+fn from_kernel(cost: tpusim_cost::InstrCost, matmuls: Vec<MatmulInfo>, e: KernelExplain) -> OpTime {
+    let mxu_s = e.mxu_s;
+    let vpu_s = e.vpu_s.max(e.xlu_s);
+    let hbm_s = e.dma_s + e.prologue_s + e.epilogue_s;
+    let busiest = mxu_s.max(vpu_s).max(e.steady_dma_s);
+    let bound = if e.fixed_s > busiest {
+        Bound::Overhead
+    } else if busiest == mxu_s {
+        Bound::Mxu
+    } else if busiest == e.steady_dma_s {
+        Bound::Hbm
+    } else {
+        Bound::Vpu
+    };
+    let mut matmul_flops: Vec<(MatmulDtype, f64)> = Vec::new();
+    for x in &matmuls {
+        match matmul_flops.iter_mut().find(|(d, _)| *d == x.dtype) {
+            Some((_, f)) => *f += x.flops,
+            None => matmul_flops.push((x.dtype, x.flops)),
+        }
+    }
+    let (flops, transcendentals) = match e.estimate {
+        Some((f, t, _)) => (cost.flops.max(f), cost.transcendentals.max(t)),
+        None => (cost.flops, cost.transcendentals),
+    };
+    OpTime {
+        flops,
+        transcendentals,
+        bytes_accessed: e.bytes_in + e.bytes_out,
+        mxu_s,
+        vpu_s,
+        hbm_s,
+        overhead_s: e.fixed_s,
+        time_s: e.time_s,
         bound: Some(bound),
         matmul: matmuls
             .into_iter()

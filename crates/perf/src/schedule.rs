@@ -20,7 +20,7 @@
 
 use crate::comm::CommModel;
 use crate::memory::{element_leaves, leaf_count, BufId, BufferKind, Mem, MemoryProfile, Value};
-use crate::op::{is_free, op_time};
+use crate::op::{is_free, op_time_in};
 use crate::{branches, constant_branch, loop_trip_counts, timed_module, trips};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -529,7 +529,7 @@ impl Replay<'_> {
         *self
             .op_times
             .entry(id)
-            .or_insert_with(|| op_time(m, chip, id).time_s)
+            .or_insert_with(|| op_time_in(m, chip, id, crate::IN_PROGRAM).time_s)
     }
 
     fn op(&mut self, id: InstrId) -> Value {

@@ -1,12 +1,21 @@
 //! The op model: MXU padding, dtype rates and precision passes, control flow,
-//! and every JAX corpus module analyzing cleanly.
+//! and every JAX corpus module analyzing cleanly. These pin the roofline
+//! (the model of chips without a `[tensorcore]` table), so the chips are
+//! used without theirs; tests/tensorcore.rs covers the TensorCore model.
 
 use tpusim_arch::by_id;
 use tpusim_perf::{analyze, padded_dim, Analysis, Bound, Category};
 
 fn run(text: &str, chip: &str) -> Analysis {
     let m = tpusim_hlo::parse_module(text).unwrap();
-    analyze(&m, &by_id(chip).unwrap())
+    analyze(&m, &roofline(chip))
+}
+
+/// `chip` timed by the plain roofline.
+fn roofline(chip: &str) -> tpusim_arch::Chip {
+    let mut c = by_id(chip).unwrap();
+    c.tensorcore = None;
+    c
 }
 
 fn dot(ty: &str, m: u64, k: u64, n: u64, extra: &str) -> String {

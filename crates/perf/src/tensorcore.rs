@@ -1,0 +1,568 @@
+//! The TensorCore model: the time of one kernel from how a TPU executes it.
+//!
+//! A kernel is a pipeline of tiles. HBM→VMEM DMAs bring operand tiles in and
+//! results out (double-buffered, so a kernel takes `max(compute, DMA)` over
+//! its tiles), plus the first tile's DMA before compute can start
+//! (prologue), the last output tile's DMA after it ends (epilogue) and a
+//! fixed launch cost. Compute is the busier of:
+//! - the **MXUs**: a dot is cut into `mxu_dim × mxu_dim` weight tiles (K and
+//!   N padded to the MXU edge, rows padded to the 8 sublanes); every tile is
+//!   loaded into one MXU and the rows stream through it, one row per cycle.
+//!   The tiles are spread over all MXUs of all TensorCores of the device.
+//!   An MXU pays a weight load per tile when too few rows stream to hide
+//!   it, a result pop per pass (a tile times a block of `mxu_dim` rows), and
+//!   one array fill and drain per kernel (batch dims share it). XLA may feed
+//!   either operand as the stationary one; the cheaper schedule is taken.
+//! - the **VPU/XLU**: vector flops and transcendentals at the VPU rate, and
+//!   transposes over the XLU one vreg per cycle per core.
+//!
+//! Arrays move in their tiled layout: the minor dim is padded to 128 lanes
+//! and the second-minor to the 8 sublanes. Size-1 dims are dropped and the
+//! pair of dims tiled as (rows, lanes) is the one with the least padding
+//! (XLA's layout assignment picks layouts).
+//!
+//! Constants come from the chip file's `[tensorcore]` table; a chip without
+//! one is timed by the plain roofline (see `op.rs`).
+
+use tpusim_arch::{Chip, TensorCoreTiming};
+use tpusim_hlo::attr::AttrValue;
+use tpusim_hlo::{InstrId, Module, Opcode, PrimitiveType, Shape};
+
+use crate::op::{MatmulInfo, SUBLANES};
+
+/// Where an op runs and what state it finds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimingContext {
+    /// The kernel runs inside a program among other kernels: its fixed cost
+    /// is `in_program_kernel_s`, not a lone kernel's `kernel_launch_s`.
+    pub in_program: bool,
+    /// The kernel's matmul operands are still on chip from an identical
+    /// previous run (back-to-back microbenchmarks): operands that fit in
+    /// CMEM are read from it.
+    pub warm_operands: bool,
+}
+
+/// How a dot was scheduled on the MXUs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MxuSchedule {
+    /// Rows streamed through each weight tile (padded to the sublanes).
+    pub rows: u64,
+    /// Whether the LHS is the stationary operand (XLA swapped the roles).
+    pub swapped: bool,
+    /// Weight tiles over all batch elements.
+    pub tiles: u64,
+    /// Passes: tiles × row blocks of `mxu_dim` rows.
+    pub passes: u64,
+    /// MXUs the tiles are spread over.
+    pub mxus: u64,
+    /// Cycles per MXU streaming rows.
+    pub stream_cycles: f64,
+    /// Cycles per MXU loading weights (when not hidden by streaming).
+    pub weight_load_cycles: f64,
+    /// Cycles per MXU popping pass results.
+    pub pass_overhead_cycles: f64,
+    /// Fill and drain of the array, once per kernel.
+    pub fill_drain_cycles: f64,
+    /// bf16 passes per product (1, 3 or 6).
+    pub precision_passes: u32,
+    /// Total cycles per MXU.
+    pub cycles: f64,
+}
+
+/// The model's account of one kernel, for `--explain`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelExplain {
+    pub mxu: Vec<MxuSchedule>,
+    /// Bytes read and written in the tiled layout.
+    pub bytes_in: f64,
+    pub bytes_out: f64,
+    /// Of the bytes read, those served from CMEM (warm operands).
+    pub bytes_from_cmem: f64,
+    /// DMA tiles (one per MXU pass for dots, one per 8×128 vreg block of
+    /// `dma_tile_bytes` for streaming kernels) and bytes per tile.
+    pub dma_tiles: u64,
+    pub dma_bytes_per_tile: f64,
+    pub mxu_s: f64,
+    pub vpu_s: f64,
+    pub xlu_s: f64,
+    pub dma_s: f64,
+    /// DMA time of all tiles but the first load and the last store.
+    pub steady_dma_s: f64,
+    pub prologue_s: f64,
+    pub epilogue_s: f64,
+    pub fixed_s: f64,
+    pub time_s: f64,
+    /// Custom call priced from its cost estimate, or not priced at all.
+    pub custom_call: Option<String>,
+    /// The custom call's own (flops, transcendentals, bytes accessed).
+    pub estimate: Option<(f64, f64, f64)>,
+    pub notes: Vec<String>,
+}
+
+/// Bytes of one array in the TPU's tiled layout (see the module doc).
+pub fn tiled_bytes(ty: PrimitiveType, dims: &[i64], lanes: u64) -> f64 {
+    let width = ty.byte_size().max(1);
+    let dims: Vec<u64> = dims
+        .iter()
+        .map(|&d| d.max(0) as u64)
+        .filter(|&d| d != 1)
+        .collect();
+    if dims.contains(&0) {
+        return 0.0;
+    }
+    // Rows pad to the 8 sublanes for every type: measured bf16 kernels on
+    // 8-row arrays run as fast per byte as on 16-row ones (XLA picks a
+    // small tile rather than a packed 16-row one).
+    let sublane_tile = SUBLANES;
+    let pad = |r: u64, c: u64| r.div_ceil(sublane_tile) * sublane_tile * c.div_ceil(lanes) * lanes;
+    let elems = match dims.as_slice() {
+        [] => 1,
+        [n] => n.div_ceil(lanes) * lanes,
+        _ => {
+            // Any two dims may be the tiled minor pair (XLA's layout
+            // assignment is free to pick them): the least padding wins.
+            let mut best = u64::MAX;
+            for (i, &r) in dims.iter().enumerate() {
+                for (j, &c) in dims.iter().enumerate() {
+                    if i == j {
+                        continue;
+                    }
+                    let rest: u64 = dims
+                        .iter()
+                        .enumerate()
+                        .filter(|(k, _)| *k != i && *k != j)
+                        .map(|(_, &d)| d)
+                        .fold(1u64, |a, d| a.saturating_mul(d));
+                    best = best.min(rest.saturating_mul(pad(r, c)));
+                }
+            }
+            best
+        }
+    };
+    elems as f64 * width as f64
+}
+
+fn shape_tiled_bytes(s: &Shape, lanes: u64) -> f64 {
+    s.leaves()
+        .iter()
+        .map(|a| tiled_bytes(a.ty, &a.dims, lanes))
+        .sum()
+}
+
+/// Cycles per MXU of one dot under one operand role assignment.
+fn mxu_schedule(chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo, swapped: bool) -> MxuSchedule {
+    let d = u64::from(chip.mxu_dim().unwrap_or(128));
+    let mxus = u64::from(chip.mxus_per_device().unwrap_or(1)).max(1);
+    let (rows, cols) = if swapped { (mm.n, mm.m) } else { (mm.m, mm.n) };
+    let rows = rows.div_ceil(SUBLANES).max(1) * SUBLANES;
+    let tiles = mm
+        .batch
+        .max(1)
+        .saturating_mul(mm.k.div_ceil(d).max(1))
+        .saturating_mul(cols.div_ceil(d).max(1));
+    let passes = tiles.saturating_mul(rows.div_ceil(d));
+    let per_mxu = |n: u64| n.div_ceil(mxus) as f64;
+    let stream = tiles as f64 * rows as f64 / mxus as f64;
+    let load = per_mxu(tiles) * tc.mxu_weight_load_cycles;
+    let pass_overhead = per_mxu(passes) * tc.mxu_pass_overhead_cycles;
+    let fill = tc.mxu_fill_drain_cycles;
+    let precision_passes = mm.passes.max(1);
+    let cycles = (stream.max(load) + pass_overhead + fill) * f64::from(precision_passes);
+    MxuSchedule {
+        rows,
+        swapped,
+        tiles,
+        passes,
+        mxus,
+        stream_cycles: stream,
+        weight_load_cycles: (load - stream).max(0.0),
+        pass_overhead_cycles: pass_overhead,
+        fill_drain_cycles: fill,
+        precision_passes,
+        cycles,
+    }
+}
+
+/// The cheaper of the two role assignments of a dot.
+pub fn schedule_matmul(chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo) -> MxuSchedule {
+    let a = mxu_schedule(chip, tc, mm, false);
+    let b = mxu_schedule(chip, tc, mm, true);
+    if b.cycles < a.cycles {
+        b
+    } else {
+        a
+    }
+}
+
+/// The `cost_estimate` of a Pallas/Mosaic `tpu_custom_call`:
+/// (flops, transcendentals, bytes accessed).
+pub fn custom_call_estimate(m: &Module, id: InstrId) -> Option<(f64, f64, f64)> {
+    let ins = m.instr(id);
+    let AttrValue::Str(config) = ins.attr("backend_config")? else {
+        return None;
+    };
+    let json: serde_json::Value = serde_json::from_str(config).ok()?;
+    let est = find_key(&json, "cost_estimate", 0)?;
+    let num = |k: &str| {
+        let v = &est[k];
+        v.as_f64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .unwrap_or(0.0)
+    };
+    Some((num("flops"), num("transcendentals"), num("bytes_accessed")))
+}
+
+fn find_key<'a>(v: &'a serde_json::Value, key: &str, depth: u32) -> Option<&'a serde_json::Value> {
+    if depth > 16 {
+        return None;
+    }
+    match v {
+        serde_json::Value::Object(map) => map
+            .get(key)
+            .or_else(|| map.values().find_map(|x| find_key(x, key, depth + 1))),
+        serde_json::Value::Array(xs) => xs.iter().find_map(|x| find_key(x, key, depth + 1)),
+        _ => None,
+    }
+}
+
+/// Inputs to the kernel model that `op.rs` already computed.
+pub struct KernelInputs<'a> {
+    pub matmuls: &'a [MatmulInfo],
+    /// Flops and transcendentals for the VPU (matmul flops excluded).
+    pub vector_flops: f64,
+    pub transcendentals: f64,
+    pub vector_flops_per_s: f64,
+    pub transcendental_cost: f64,
+}
+
+/// Times one kernel with the TensorCore model.
+pub fn kernel_time(
+    m: &Module,
+    chip: &Chip,
+    tc: &TensorCoreTiming,
+    id: InstrId,
+    k: &KernelInputs,
+    ctx: TimingContext,
+) -> KernelExplain {
+    let ins = m.instr(id);
+    let lanes = chip.tpu.as_ref().map_or(128, |t| u64::from(t.vpu_lanes));
+    let cores = chip.tensorcores_per_device().unwrap_or(1).max(1) as f64;
+    let mut e = KernelExplain::default();
+    let mut vector_flops = k.vector_flops;
+    let mut transcendentals = k.transcendentals;
+
+    e.bytes_out = shape_tiled_bytes(&ins.shape, lanes);
+    e.bytes_in = ins
+        .operands
+        .iter()
+        .enumerate()
+        .map(|(k, &o)| match sliced_read(m, id, k) {
+            // Only the rows a gather or slice selects are brought in.
+            Some(read) => read.min(shape_tiled_bytes(&m.instr(o).shape, lanes)),
+            None => shape_tiled_bytes(&m.instr(o).shape, lanes),
+        })
+        .sum();
+    if ins.opcode == Opcode::CustomCall {
+        let target = match ins.attr("custom_call_target") {
+            Some(AttrValue::Str(s)) => s.clone(),
+            Some(other) => format!("{other:?}"),
+            None => String::new(),
+        };
+        match custom_call_estimate(m, id) {
+            Some((flops, trans, bytes)) => {
+                e.estimate = Some((flops, trans, bytes));
+                // A Pallas kernel's flops run on the MXU at the bf16 rate
+                // (the estimate does not say which unit); bytes as stated.
+                e.mxu_s += flops / chip.matmul.bf16_flops_per_s;
+                transcendentals += trans;
+                if bytes > 0.0 {
+                    e.bytes_in = bytes - e.bytes_out.min(bytes);
+                }
+                e.custom_call = Some(format!(
+                    "{target}: priced from its cost_estimate ({flops:.3e} flops, {trans:.3e} \
+                     transcendentals, {bytes:.3e} bytes)"
+                ));
+            }
+            None => {
+                e.custom_call = Some(format!(
+                    "{target}: no cost_estimate in backend_config; timed as its operand and \
+                     result traffic only (compute unknown)"
+                ));
+                vector_flops = 0.0;
+            }
+        }
+    }
+
+    let clock = chip.clock_hz;
+    let mut launches = 1.0;
+    for mm in k.matmuls {
+        if is_matrix_vector(mm) {
+            // XLA rewrites a dot with a size-1 non-contracting side into a
+            // multiply and a reduction (dot strength reduction): VPU work,
+            // two kernels, operands streamed from HBM.
+            vector_flops += mm.flops;
+            if mm.k > 1 {
+                // K = 1 needs no reduction: a single multiply kernel.
+                launches = 2.0;
+            }
+            e.notes.push(format!(
+                "matrix-vector dot ({}x{}x{}): multiply + reduce on the VPU, not the MXU",
+                mm.m, mm.n, mm.k
+            ));
+            continue;
+        }
+        let s = schedule_matmul(chip, tc, mm);
+        e.mxu_s += s.cycles / clock;
+        e.dma_tiles += s.passes;
+        e.mxu.push(s);
+    }
+    e.vpu_s = (vector_flops + transcendentals * k.transcendental_cost) / k.vector_flops_per_s;
+    if is_transpose(m, id) {
+        // The XLU turns one vreg (sublanes × lanes 32-bit words) per cycle per core.
+        let vreg = (SUBLANES * lanes * 4) as f64;
+        e.xlu_s = e.bytes_out / vreg / cores / clock;
+        e.notes
+            .push("transpose on the XLU, one vreg per cycle per core".into());
+    }
+
+    let hbm = chip.memory.hbm_bandwidth_bytes_per_s * tc.hbm_efficiency;
+    // Measured on v4: MXU kernels re-read warm operands from CMEM;
+    // elementwise kernels and matrix-vector products stream from HBM even
+    // when their data would fit.
+    let warm_cmem = ctx.warm_operands
+        && !e.mxu.is_empty()
+        && tc.cmem_bytes > 0
+        && e.bytes_in <= tc.cmem_bytes as f64;
+    if warm_cmem {
+        e.bytes_from_cmem = e.bytes_in;
+        e.notes.push(format!(
+            "operands ({:.0} KiB) fit in CMEM and are read from it (warm, back-to-back runs)",
+            e.bytes_in / 1024.0
+        ));
+    }
+    let read_s = if warm_cmem {
+        e.bytes_in / tc.cmem_bandwidth_bytes_per_s
+    } else {
+        e.bytes_in / hbm
+    };
+    e.dma_s = read_s + e.bytes_out / hbm;
+    if e.dma_tiles == 0 {
+        // Streaming kernels move one (8·k, 128) block per DMA.
+        let tile = (SUBLANES * lanes * 4) as f64 * 8.0;
+        e.dma_tiles = ((e.bytes_in + e.bytes_out) / tile).ceil() as u64;
+        e.dma_bytes_per_tile = tile;
+    } else {
+        e.dma_bytes_per_tile = (e.bytes_in + e.bytes_out) / e.dma_tiles as f64;
+    }
+    // Double-buffered: only the first tile's load and the last tile's store
+    // are not overlapped with compute.
+    let tiles = e.dma_tiles.max(1) as f64;
+    e.prologue_s = e.bytes_in / tiles / hbm;
+    e.epilogue_s = e.bytes_out / tiles / hbm;
+    e.fixed_s = launches
+        * if ctx.in_program {
+            tc.in_program_kernel_s
+        } else {
+            tc.kernel_launch_s
+        };
+    let compute = e.mxu_s.max(e.vpu_s).max(e.xlu_s);
+    // The first load and last store are the prologue and epilogue; the
+    // other tiles' DMAs overlap compute.
+    e.steady_dma_s = (e.dma_s - e.prologue_s - e.epilogue_s).max(0.0);
+    e.time_s = compute.max(e.steady_dma_s) + e.prologue_s + e.epilogue_s + e.fixed_s;
+    e
+}
+
+/// How the model timed the op named `name` (in a program), as text lines;
+/// `None` when the module has no such op.
+pub fn explain_op(m: &Module, chip: &Chip, name: &str) -> Option<Vec<String>> {
+    let k = m.instrs.iter().position(|i| i.name == name)?;
+    let id = InstrId(k as u32);
+    let ins = m.instr(id);
+    let lone = crate::op::op_time_in(m, chip, id, TimingContext::default());
+    let mut out = vec![format!(
+        "explain {} ({}) on {}: {}",
+        ins.name,
+        ins.opcode.name(),
+        chip.name,
+        ins.shape
+    )];
+    let Some(e) = crate::op::explain_in(m, chip, id, crate::IN_PROGRAM) else {
+        out.push(format!(
+            "  roofline (no [tensorcore] table for {}): mxu {} | vpu {} | hbm {} + overhead {} = {}",
+            chip.id,
+            us(lone.mxu_s),
+            us(lone.vpu_s),
+            us(lone.hbm_s),
+            us(lone.overhead_s),
+            us(lone.time_s)
+        ));
+        return Some(out);
+    };
+    let clock = chip.clock_hz;
+    for s in &e.mxu {
+        out.push(format!(
+            "  MXU: {} weight tiles ({}x{}), {} rows streamed per tile{}, {} passes over {} MXUs",
+            s.tiles,
+            chip.mxu_dim().unwrap_or(128),
+            chip.mxu_dim().unwrap_or(128),
+            s.rows,
+            if s.swapped {
+                " (operands swapped: LHS stationary)"
+            } else {
+                ""
+            },
+            s.passes,
+            s.mxus
+        ));
+        out.push(format!(
+            "       per MXU: stream {:.0} + unhidden weight loads {:.0} + pass overhead {:.0} + fill/drain {:.0} = {:.0} cycles x {} precision pass(es) = {}",
+            s.stream_cycles,
+            s.weight_load_cycles,
+            s.pass_overhead_cycles,
+            s.fill_drain_cycles,
+            s.cycles / f64::from(s.precision_passes.max(1)),
+            s.precision_passes,
+            us(s.cycles / clock)
+        ));
+    }
+    out.push(format!("  VPU: {}   XLU: {}", us(e.vpu_s), us(e.xlu_s)));
+    out.push(format!(
+        "  DMA: {} in + {} out (tiled layout){}, {} tiles of {} = {}",
+        bytes(e.bytes_in),
+        bytes(e.bytes_out),
+        if e.bytes_from_cmem > 0.0 {
+            format!(" ({} from CMEM)", bytes(e.bytes_from_cmem))
+        } else {
+            String::new()
+        },
+        e.dma_tiles,
+        bytes(e.dma_bytes_per_tile),
+        us(e.dma_s)
+    ));
+    let compute = e.mxu_s.max(e.vpu_s).max(e.xlu_s);
+    let unit = if compute == e.mxu_s && e.mxu_s > 0.0 {
+        "MXU"
+    } else if compute == e.xlu_s && e.xlu_s > 0.0 {
+        "XLU"
+    } else {
+        "VPU"
+    };
+    out.push(format!(
+        "  steady state: max(compute {} [{unit}], DMA of the other tiles {}) = {} -> {}-bound",
+        us(compute),
+        us(e.steady_dma_s),
+        us(compute.max(e.steady_dma_s)),
+        if e.steady_dma_s >= compute {
+            "DMA"
+        } else {
+            unit
+        }
+    ));
+    out.push(format!(
+        "  + prologue (first tile in) {} + epilogue (last tile out) {}",
+        us(e.prologue_s),
+        us(e.epilogue_s)
+    ));
+    out.push(format!(
+        "  + fixed: in a program {} -> {};  as a lone kernel {} -> {}",
+        us(e.fixed_s),
+        us(e.time_s),
+        us(lone.overhead_s),
+        us(lone.time_s)
+    ));
+    for n in e.notes.iter().chain(e.custom_call.iter()) {
+        out.push(format!("  note: {n}"));
+    }
+    Some(out)
+}
+
+fn us(s: f64) -> String {
+    format!("{:.3} us", s * 1e6)
+}
+
+fn bytes(b: f64) -> String {
+    if b >= 1048576.0 {
+        format!("{:.2} MiB", b / 1048576.0)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
+/// Bytes a kernel reads of operand `k` when it only gathers or slices it
+/// (the sliced result's size), or `None` when it reads all of it.
+fn sliced_read(m: &Module, id: InstrId, k: usize) -> Option<f64> {
+    let lanes = 128;
+    let ins = m.instr(id);
+    let slicing = |op: Opcode| matches!(op, Opcode::Gather | Opcode::DynamicSlice | Opcode::Slice);
+    if slicing(ins.opcode) {
+        return (k == 0).then(|| shape_tiled_bytes(&ins.shape, lanes));
+    }
+    if ins.opcode != Opcode::Fusion {
+        return None;
+    }
+    // Inside a fusion: the parameter for operand k, if every user slices it.
+    let comp = *ins.called_computations().first()?;
+    let param = *m.comp(comp).params.get(k)?;
+    let users: Vec<InstrId> = m
+        .comp(comp)
+        .instrs
+        .iter()
+        .copied()
+        .filter(|&j| m.instr(j).operands.contains(&param))
+        .collect();
+    if users.is_empty() {
+        return None;
+    }
+    let mut total = 0.0;
+    for j in users {
+        let u = m.instr(j);
+        if !slicing(u.opcode) || u.operands.first() != Some(&param) {
+            return None;
+        }
+        total += shape_tiled_bytes(&u.shape, lanes);
+    }
+    Some(total)
+}
+
+/// A dot whose rows or output columns are a single vector.
+pub fn is_matrix_vector(mm: &MatmulInfo) -> bool {
+    mm.m == 1 || mm.n == 1
+}
+
+fn contains(m: &Module, id: InstrId, op: Opcode) -> bool {
+    let ins = m.instr(id);
+    ins.opcode == op
+        || (ins.opcode == Opcode::Fusion
+            && ins
+                .called_computations()
+                .iter()
+                .any(|&c| m.comp(c).instrs.iter().any(|&j| m.instr(j).opcode == op)))
+}
+
+fn is_transpose(m: &Module, id: InstrId) -> bool {
+    contains(m, id, Opcode::Transpose)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiled_bytes_pads_minor_dims_and_drops_unit_dims() {
+        // bf16 (1, 8, 18): 18 lanes pad to 128; or the other order:
+        // 18 -> 24 rows, 8 -> 128 lanes; the first is cheaper.
+        assert_eq!(
+            tiled_bytes(PrimitiveType::Bf16, &[1, 8, 18], 128),
+            8.0 * 128.0 * 2.0
+        );
+        // f32 (1, 1, 300) is a vector: 300 -> 384 lanes.
+        assert_eq!(
+            tiled_bytes(PrimitiveType::F32, &[1, 1, 300], 128),
+            384.0 * 4.0
+        );
+        assert_eq!(tiled_bytes(PrimitiveType::F32, &[4, 0, 3], 128), 0.0);
+    }
+}

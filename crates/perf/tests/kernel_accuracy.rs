@@ -1,0 +1,57 @@
+//! The TensorCore model against measured TPU v4 kernel times
+//! (bench/kernels/data): each set's MAPE must stay within a stated bound.
+//! The bounds are the benchmark's results (bench/README.md) plus a small
+//! margin; a change to the model that makes any set worse fails here.
+
+#[path = "../../../bench/kernels/score.rs"]
+mod score;
+
+use score::{load_cases, score_of, Case};
+
+/// (set, MAPE bound in %). Measured today: see bench/README.md.
+const BOUNDS: [(&str, f64); 7] = [
+    ("gemm", 13.0),
+    ("add", 7.0),
+    ("exponential", 7.5),
+    ("transpose", 6.5),
+    ("reduce", 36.5),
+    ("convert", 17.5),
+    ("batched_gemm", 15.5),
+];
+
+#[test]
+fn v4_kernel_error_stays_within_bounds() {
+    let chip = tpusim_arch::by_id("v4").expect("v4 chip");
+    let cases = load_cases(&score::data_dir()).expect("measured data loads");
+    assert!(cases.len() > 2000, "only {} cases loaded", cases.len());
+    let mut failures = Vec::new();
+    for (set, bound) in BOUNDS {
+        let s = score_of(&cases, &chip, |c: &Case| c.set == set);
+        assert!(s.n > 50, "{set}: only {} cases", s.n);
+        if s.mape > bound {
+            failures.push(format!("{set}: MAPE {:.1}% > bound {bound}%", s.mape));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}
+
+#[test]
+fn the_model_beats_the_roofline_on_every_set() {
+    let chip = tpusim_arch::by_id("v4").expect("v4 chip");
+    let mut roofline = chip.clone();
+    roofline.tensorcore = None;
+    let cases = load_cases(&score::data_dir()).expect("measured data loads");
+    for (set, _) in BOUNDS {
+        let keep = |c: &Case| c.set == set;
+        let (model, roof) = (
+            score_of(&cases, &chip, keep),
+            score_of(&cases, &roofline, keep),
+        );
+        assert!(
+            model.mape < roof.mape,
+            "{set}: model {:.1}% vs roofline {:.1}%",
+            model.mape,
+            roof.mape
+        );
+    }
+}

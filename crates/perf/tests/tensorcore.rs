@@ -1,0 +1,201 @@
+//! The TensorCore model (chips with a `[tensorcore]` table): MXU tile
+//! schedule, DMA pipeline, launch costs, custom calls and `explain_op`.
+
+use tpusim_arch::by_id;
+use tpusim_perf::tensorcore::{explain_op, schedule_matmul};
+use tpusim_perf::{analyze, op_time_in, TimingContext};
+
+fn module(text: &str) -> tpusim_hlo::Module {
+    tpusim_hlo::parse_module(text).unwrap()
+}
+
+fn dot(m: u64, k: u64, n: u64) -> String {
+    format!(
+        "HloModule mm\n\nENTRY e {{\n  a = bf16[{m},{k}] parameter(0)\n  w = bf16[{k},{n}] parameter(1)\n  \
+         ROOT d = bf16[{m},{n}] dot(a, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n"
+    )
+}
+
+fn root_time(text: &str, chip: &str, ctx: TimingContext) -> tpusim_perf::OpTime {
+    let m = module(text);
+    let root = m.comp(m.entry).root;
+    op_time_in(&m, &by_id(chip).unwrap(), root, ctx)
+}
+
+#[test]
+fn a_large_gemm_runs_near_but_below_mxu_peak() {
+    let chip = by_id("v4").unwrap();
+    let t = root_time(&dot(4096, 4096, 4096), "v4", TimingContext::default());
+    let ideal = 2.0 * 4096f64.powi(3) / chip.matmul.bf16_flops_per_s;
+    let efficiency = ideal / t.time_s;
+    // Result pops cost mxu_pass_overhead_cycles per 128 streamed rows.
+    let tc = chip.tensorcore.clone().unwrap();
+    let expected = 128.0 / (128.0 + tc.mxu_pass_overhead_cycles);
+    assert!(
+        (efficiency - expected).abs() < 0.01,
+        "{efficiency} vs {expected}"
+    );
+}
+
+#[test]
+fn a_tiny_gemm_costs_the_launch_floor() {
+    let chip = by_id("v4").unwrap();
+    let tc = chip.tensorcore.clone().unwrap();
+    let t = root_time(&dot(8, 8, 8), "v4", TimingContext::default());
+    assert!(t.time_s >= tc.kernel_launch_s);
+    assert!(t.time_s < tc.kernel_launch_s + 1e-6, "{}", t.time_s);
+    let inside = root_time(
+        &dot(8, 8, 8),
+        "v4",
+        TimingContext {
+            in_program: true,
+            warm_operands: false,
+        },
+    );
+    assert!(inside.time_s < t.time_s);
+}
+
+#[test]
+fn tiles_pad_to_the_mxu_and_the_cheaper_role_assignment_wins() {
+    let chip = by_id("v4").unwrap();
+    let tc = chip.tensorcore.clone().unwrap();
+    let m = module(&dot(1000, 300, 256));
+    let root = m.comp(m.entry).root;
+    let mm = op_time_in(&m, &chip, root, TimingContext::default())
+        .matmul
+        .unwrap();
+    let s = schedule_matmul(&chip, &tc, &mm);
+    // K = 300 -> 3 tiles of 128; N = 256 -> 2: 6 weight tiles of 1000 rows
+    // (a multiple of 8), over 8 MXUs.
+    assert_eq!((s.tiles, s.rows, s.mxus, s.swapped), (6, 1000, 8, false));
+    // N = 200 would pad to 256 (28% waste): streaming N instead wastes less.
+    let m = module(&dot(1000, 300, 200));
+    let root = m.comp(m.entry).root;
+    let mm = op_time_in(&m, &chip, root, TimingContext::default())
+        .matmul
+        .unwrap();
+    let s = schedule_matmul(&chip, &tc, &mm);
+    assert_eq!((s.tiles, s.rows, s.swapped), (3 * 8, 200, true));
+    // A skinny product streams the long side: 8 rows x (K/128 * M/128) tiles.
+    let m = module(&dot(5000, 256, 8));
+    let root = m.comp(m.entry).root;
+    let mm = op_time_in(&m, &chip, root, TimingContext::default())
+        .matmul
+        .unwrap();
+    let s = schedule_matmul(&chip, &tc, &mm);
+    assert!(s.swapped);
+    assert_eq!((s.rows, s.tiles), (8, 2 * 40));
+}
+
+#[test]
+fn transposes_move_bytes() {
+    let text = "HloModule t\n\nENTRY e {\n  a = bf16[1024,4096] parameter(0)\n  \
+                ROOT t = bf16[4096,1024] transpose(a), dimensions={1,0}\n}\n";
+    let t = root_time(text, "v4", TimingContext::default());
+    assert_eq!(t.bytes_accessed, 2.0 * 1024.0 * 4096.0 * 2.0);
+    assert!(t.hbm_s > 0.0);
+}
+
+#[test]
+fn small_minor_dims_pay_layout_padding() {
+    // f32[4096,2]: the 2-wide minor dim moves as 8 sublanes x 128 lanes
+    // tiles whichever way the layout is chosen.
+    let text = "HloModule p\n\nENTRY e {\n  a = f32[4096,2] parameter(0)\n  \
+                ROOT n = f32[4096,2] negate(a)\n}\n";
+    let t = root_time(text, "v4", TimingContext::default());
+    assert!(t.bytes_accessed > 4.0 * 4096.0 * 2.0 * 4.0);
+}
+
+const CUSTOM: &str = r#"HloModule k
+
+ENTRY e {
+  q = bf16[8,1024,128] parameter(0)
+  ROOT o = bf16[8,1024,128] custom-call(q), custom_call_target="tpu_custom_call", backend_config={"custom_call_config": {"body": "xyz", "cost_estimate": {"flops": 2147483648, "transcendentals": 8388608, "bytes_accessed": 4194304}}}
+}
+"#;
+
+#[test]
+fn tpu_custom_calls_are_priced_from_their_cost_estimate() {
+    let chip = by_id("v4").unwrap();
+    let t = root_time(CUSTOM, "v4", TimingContext::default());
+    assert_eq!(t.flops, 2147483648.0);
+    assert!(t.mxu_s >= 2147483648.0 / chip.matmul.bf16_flops_per_s);
+    let a = analyze(&module(CUSTOM), &chip);
+    assert!(
+        a.assumptions
+            .iter()
+            .any(|s| s.contains("custom call o") && s.contains("cost_estimate")),
+        "{:?}",
+        a.assumptions
+    );
+}
+
+#[test]
+fn a_custom_call_without_an_estimate_is_an_assumption_not_a_silent_zero() {
+    let text = CUSTOM.replace(
+        r#", "cost_estimate": {"flops": 2147483648, "transcendentals": 8388608, "bytes_accessed": 4194304}"#,
+        "",
+    );
+    let a = analyze(&module(&text), &by_id("v4").unwrap());
+    assert!(a.step_time_s > 0.0);
+    assert!(
+        a.assumptions
+            .iter()
+            .any(|s| s.contains("custom call o") && s.contains("no cost_estimate")),
+        "{:?}",
+        a.assumptions
+    );
+}
+
+#[test]
+fn explain_names_tiles_cycles_dma_and_the_bound() {
+    let m = module(&dot(4096, 4096, 4096));
+    let lines = explain_op(&m, &by_id("v4").unwrap(), "d")
+        .unwrap()
+        .join("\n");
+    for want in ["1024 weight tiles", "fill/drain 256", "DMA:", "MXU-bound"] {
+        assert!(lines.contains(want), "missing {want:?} in\n{lines}");
+    }
+    assert!(explain_op(&m, &by_id("v4").unwrap(), "nope").is_none());
+}
+
+fn gz_module(path: &str) -> tpusim_hlo::Module {
+    use std::io::Read;
+    let file = std::fs::File::open(path).unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_string(&mut text)
+        .unwrap();
+    module(&text)
+}
+
+#[test]
+fn unfused_attention_gets_a_flash_hint_and_an_mlp_does_not() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/kernels/models/gpt2_s128_b1.hlo.gz"
+    );
+    let a = analyze(&gz_module(path), &by_id("v4").unwrap());
+    let hint = a
+        .hints
+        .iter()
+        .find(|h| h.contains("unfused attention"))
+        .unwrap_or_else(|| panic!("no attention hint in {:?}", a.hints));
+    // GPT-2: 12 layers, scores [1, 12 heads, 128, 128].
+    assert!(
+        hint.starts_with("12 unfused attention pattern(s)"),
+        "{hint}"
+    );
+    assert!(hint.contains("[1,12,128,128]"), "{hint}");
+    let mlp = "HloModule mlp\n\nENTRY e {\n  x = bf16[128,768] parameter(0)\n  \
+               w1 = bf16[768,3072] parameter(1)\n  w2 = bf16[3072,768] parameter(2)\n  \
+               h = bf16[128,3072] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  \
+               g = bf16[128,3072] tanh(h)\n  \
+               ROOT y = bf16[128,768] dot(g, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+    let a = analyze(&module(mlp), &by_id("v4").unwrap());
+    assert!(
+        !a.hints.iter().any(|h| h.contains("attention")),
+        "{:?}",
+        a.hints
+    );
+}
