@@ -481,6 +481,10 @@ pub fn write_xspace(
         0 => "tpusim".to_string(),
         ns => run_folder_name(ns),
     };
+    std::fs::create_dir_all(dir).map_err(|source| TraceError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let folder = crate::create_dirs_within(dir, &["plugins", "profile", &run_name])?;
     let path = folder.join(format!("{}.xplane.pb", run.host));
     let bytes = build_xspace(run).encode_to_vec();
