@@ -1,0 +1,365 @@
+"""A self-written JAX rebuild of the MaxText dense decoder used by the published runs.
+
+Architecture (MaxText commit 76bd53b0f, as described in measured_dev.json):
+decoder-only, PaLM-style parallel block (one RMSNorm feeding attention and MLP,
+both outputs added to the residual), multi-head attention with head_dim 256,
+rotary embeddings, RMSNorm on q/k/v, relu MLP (wi, wo), embedding shared with
+the output layer (logits in f32), f32 parameters and bf16 activations, scan over
+layers with full rematerialization, AdamW with global-norm clipping.
+
+GPT-3 175B (MLPerf v4.0, MaxText `decoder_block: gpt3`): sequential pre-LayerNorm
+block with biases, gelu MLP, learned position embedding, shared embedding for the
+logits. Its int8 AQT matmuls are approximated as bf16 dots (stated assumption).
+
+Sharding follows MaxText's logical axis rules: mesh axes (data, fsdp, tensor);
+parameters' embed dimension over fsdp, heads/mlp/vocab over tensor; the batch over
+(data, fsdp); the data axis spans slices over DCN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+BATCH_AXES = ("data", "fsdp")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    kind: str  # "maxtext" (parallel block) or "gpt3" (sequential block)
+    emb: int
+    heads: int
+    head_dim: int
+    mlp: int
+    layers: int
+    vocab: int
+
+    def param_count(self) -> int:
+        """Trainable parameters, as MaxText counts them (every array in the state)."""
+        return sum(math.prod(s.shape) for s in jax.tree.leaves(param_shapes(self)))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig
+    per_device_batch: int
+    seq: int
+    dcn_data: int
+    ici_fsdp: int
+    ici_tensor: int
+    flash: bool  # Pallas TPU flash attention (only in the pre-partition program)
+
+    @property
+    def chips(self) -> int:
+        return self.dcn_data * self.ici_fsdp * self.ici_tensor
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_device_batch * self.chips
+
+    @property
+    def mesh_shape(self) -> tuple[int, int, int]:
+        return (self.dcn_data, self.ici_fsdp, self.ici_tensor)
+
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+
+def maxtext_scaled(scale: int) -> ModelConfig:
+    """MaxText's global_parameter_scale (pyconfig.get_individual_scales of that commit)."""
+    log2 = int(round(math.log2(scale)))
+    assert 2**log2 == scale, "scale must be a power of two"
+    b, r = divmod(log2, 3)
+    return ModelConfig(
+        kind="maxtext",
+        emb=2560 * 2 ** (b + (r > 1)),
+        heads=8 * 2 ** (b + (r > 0)),
+        head_dim=256,
+        mlp=8192 * 2 ** (b + (r > 0)),
+        layers=16 * 2**b,
+        vocab=32768,
+    )
+
+
+GPT3_175B = ModelConfig(kind="gpt3", emb=12288, heads=96, head_dim=128, mlp=49152, layers=96, vocab=50304)
+GPT3_MAX_POSITIONS = 2048
+
+
+# ---------------------------------------------------------------- parameters
+
+
+def param_shapes(cfg: ModelConfig) -> dict:
+    """Shapes (f32) of every parameter; per-layer weights are stacked on a leading layer axis."""
+    L, E, H, D, M = cfg.layers, cfg.emb, cfg.heads, cfg.head_dim, cfg.mlp
+    f32 = jnp.float32
+    s = lambda *shape: jax.ShapeDtypeStruct(shape, f32)  # noqa: E731
+    layer = {
+        "norm": s(L, E),
+        "wq": s(L, E, H, D),
+        "wk": s(L, E, H, D),
+        "wv": s(L, E, H, D),
+        "wo": s(L, H, D, E),
+        "wi": s(L, E, M),
+        "wo_mlp": s(L, M, E),
+    }
+    top = {"embedding": s(cfg.vocab, E), "final_norm": s(E)}
+    if cfg.kind == "maxtext":
+        layer.update(q_norm=s(L, D), k_norm=s(L, D), v_norm=s(L, D))
+    else:
+        layer.update(
+            norm_bias=s(L, E),
+            mlp_norm=s(L, E),
+            mlp_norm_bias=s(L, E),
+            bq=s(L, H, D),
+            bk=s(L, H, D),
+            bv=s(L, H, D),
+            bo=s(L, E),
+            bi=s(L, M),
+            bo_mlp=s(L, E),
+        )
+        top.update(final_norm_bias=s(E), position=s(GPT3_MAX_POSITIONS, E))
+    return {"layers": layer, **top}
+
+
+def param_specs(cfg: ModelConfig) -> dict:
+    """PartitionSpecs: embed over fsdp, heads/mlp/vocab over tensor (MaxText's rules)."""
+    layer = {
+        "norm": P(None, "fsdp"),
+        "wq": P(None, "fsdp", "tensor", None),
+        "wk": P(None, "fsdp", "tensor", None),
+        "wv": P(None, "fsdp", "tensor", None),
+        "wo": P(None, "tensor", None, "fsdp"),
+        "wi": P(None, "fsdp", "tensor"),
+        "wo_mlp": P(None, "tensor", "fsdp"),
+    }
+    top = {"embedding": P("tensor", "fsdp"), "final_norm": P("fsdp")}
+    if cfg.kind == "maxtext":
+        layer.update(q_norm=P(None, None), k_norm=P(None, None), v_norm=P(None, None))
+    else:
+        layer.update(
+            norm_bias=P(None, "fsdp"),
+            mlp_norm=P(None, "fsdp"),
+            mlp_norm_bias=P(None, "fsdp"),
+            bq=P(None, "tensor", None),
+            bk=P(None, "tensor", None),
+            bv=P(None, "tensor", None),
+            bo=P(None, "fsdp"),
+            bi=P(None, "tensor"),
+            bo_mlp=P(None, "fsdp"),
+        )
+        top.update(final_norm_bias=P("fsdp"), position=P(None, "fsdp"))
+    return {"layers": layer, **top}
+
+
+# ---------------------------------------------------------------- layers
+
+ACT = jnp.bfloat16
+
+
+def rms_norm(x, scale, eps=1e-6):
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (y * scale).astype(ACT)
+
+
+def layer_norm(x, scale, bias, eps=1e-6):
+    xf = x.astype(jnp.float32)
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
+    y = (xf - mean) * jax.lax.rsqrt(var + eps)
+    return (y * scale + bias).astype(ACT)
+
+
+def rotary(x, positions, max_timescale=10_000.0):
+    """Rotary position embedding on the last axis of x: [B, S, H, D]."""
+    d = x.shape[-1]
+    fraction = 2.0 * jnp.arange(d // 2, dtype=jnp.float32) / d
+    inv_freq = max_timescale**-fraction
+    angle = positions[:, :, None, None].astype(jnp.float32) * inv_freq
+    sin, cos = jnp.sin(angle), jnp.cos(angle)
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(ACT)
+
+
+def dot_attention(q, k, v):
+    """Causal attention, [B, S, H, D] in and out, softmax in f32."""
+    d = q.shape[-1]
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(d)
+    s = q.shape[1]
+    mask = jnp.tril(jnp.ones((s, s), dtype=bool))
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(ACT)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def flash_attention_sharded(q, k, v, mesh):
+    """The Pallas TPU flash attention kernel, run per shard (batch over data/fsdp, heads over tensor)
+    inside shard_map, as MaxText wraps it."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    d = q.shape[-1]
+    spec = P(BATCH_AXES, "tensor", None, None)
+
+    def kernel(q, k, v):
+        return fa.flash_attention(q, k, v, causal=True, sm_scale=1.0 / math.sqrt(d))
+
+    f = jax.shard_map(kernel, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+    # The kernel takes [B, H, S, D].
+    qt, kt, vt = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
+    return f(qt, kt, vt).transpose(0, 2, 1, 3)
+
+
+def constrain(x, *spec):
+    return jax.lax.with_sharding_constraint(x, P(*spec))
+
+
+def attention_block(p, x, positions, cfg: ModelConfig, attend):
+    w = lambda name: p[name].astype(ACT)  # noqa: E731
+    q = jnp.einsum("bse,ehd->bshd", x, w("wq"))
+    k = jnp.einsum("bse,ehd->bshd", x, w("wk"))
+    v = jnp.einsum("bse,ehd->bshd", x, w("wv"))
+    if cfg.kind == "maxtext":
+        q, k, v = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"]), rms_norm(v, p["v_norm"])
+        q, k = rotary(q, positions), rotary(k, positions)
+    else:
+        q, k, v = q + w("bq"), k + w("bk"), v + w("bv")
+    q, k, v = (constrain(t, BATCH_AXES, None, "tensor", None) for t in (q, k, v))
+    o = attend(q, k, v)
+    o = constrain(o, BATCH_AXES, None, "tensor", None)
+    out = jnp.einsum("bshd,hde->bse", o, w("wo"))
+    if cfg.kind == "gpt3":
+        out = out + w("bo")
+    return out
+
+
+def mlp_block(p, x, cfg: ModelConfig):
+    h = jnp.einsum("bse,em->bsm", x, p["wi"].astype(ACT))
+    if cfg.kind == "maxtext":
+        h = jax.nn.relu(h)
+    else:
+        h = jax.nn.gelu(h + p["bi"].astype(ACT))
+    h = constrain(h, BATCH_AXES, None, "tensor")
+    out = jnp.einsum("bsm,me->bse", h, p["wo_mlp"].astype(ACT))
+    if cfg.kind == "gpt3":
+        out = out + p["bo_mlp"].astype(ACT)
+    return out
+
+
+def decoder_layer(x, p, positions, cfg: ModelConfig, attend):
+    x = constrain(x, BATCH_AXES, None, None)
+    if cfg.kind == "maxtext":
+        h = rms_norm(x, p["norm"])
+        x = x + attention_block(p, h, positions, cfg, attend) + mlp_block(p, h, cfg)
+    else:
+        h = layer_norm(x, p["norm"], p["norm_bias"])
+        x = x + attention_block(p, h, positions, cfg, attend)
+        h = layer_norm(x, p["mlp_norm"], p["mlp_norm_bias"])
+        x = x + mlp_block(p, h, cfg)
+    return constrain(x, BATCH_AXES, None, None)
+
+
+def forward_loss(params, tokens, cfg: ModelConfig, attend, remat: str):
+    """Mean next-token cross entropy of a [B, S] batch (targets are the inputs shifted)."""
+    b, s = tokens.shape
+    positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+    emb = params["embedding"].astype(ACT)
+    x = jnp.take(emb, tokens, axis=0)
+    if cfg.kind == "gpt3":
+        x = x + params["position"][:s].astype(ACT)[None]
+
+    def body(carry, layer_params):
+        return decoder_layer(carry, layer_params, positions, cfg, attend), None
+
+    if remat == "full":
+        body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable, prevent_cse=False)
+    elif remat != "none":
+        raise ValueError(f"unknown remat {remat!r}")
+    x, _ = jax.lax.scan(body, x, params["layers"])
+
+    if cfg.kind == "maxtext":
+        x = rms_norm(x, params["final_norm"])
+    else:
+        x = layer_norm(x, params["final_norm"], params["final_norm_bias"])
+    # Logits through the shared embedding, in f32.
+    logits = jnp.einsum("bse,ve->bsv", x.astype(jnp.float32), params["embedding"])
+    logits = constrain(logits, BATCH_AXES, None, "tensor")
+    targets = jnp.roll(tokens, -1, axis=1)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    return jnp.mean(nll)
+
+
+# ---------------------------------------------------------------- optimizer
+
+ADAM_B1, ADAM_B2, ADAM_EPS, WEIGHT_DECAY, LR, CLIP = 0.9, 0.95, 1e-8, 0.1, 1e-4, 1.0
+
+
+def adamw_clipped(params, grads, mu, nu, step):
+    """AdamW (decoupled weight decay) after clipping the gradients to a global norm of CLIP."""
+    sq = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))
+    gnorm = jnp.sqrt(sq)
+    factor = jnp.minimum(1.0, CLIP / (gnorm + 1e-6))
+    grads = jax.tree.map(lambda g: g * factor, grads)
+    t = (step + 1).astype(jnp.float32)
+    mu = jax.tree.map(lambda m, g: ADAM_B1 * m + (1 - ADAM_B1) * g, mu, grads)
+    nu = jax.tree.map(lambda n, g: ADAM_B2 * n + (1 - ADAM_B2) * g * g, nu, grads)
+    c1, c2 = 1 - ADAM_B1**t, 1 - ADAM_B2**t
+
+    def update(p, m, n):
+        return p - LR * ((m / c1) / (jnp.sqrt(n / c2) + ADAM_EPS) + WEIGHT_DECAY * p)
+
+    return jax.tree.map(update, params, mu, nu), mu, nu, gnorm
+
+
+def make_train_step(cfg: ModelConfig, attend, remat: str):
+    def train_step(params, mu, nu, step, tokens):
+        loss, grads = jax.value_and_grad(forward_loss)(params, tokens, cfg, attend, remat)
+        params, mu, nu, gnorm = adamw_clipped(params, grads, mu, nu, step)
+        return params, mu, nu, step + 1, loss, gnorm
+
+    return train_step
+
+
+def step_args(run: RunConfig, mesh):
+    """Abstract arguments of the train step with their shardings on `mesh`."""
+    from jax.sharding import NamedSharding
+
+    shapes, specs = param_shapes(run.model), param_specs(run.model)
+
+    def sharded(shape, spec):
+        return jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=NamedSharding(mesh, spec))
+
+    params = jax.tree.map(sharded, shapes, specs)
+    step = jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, P()))
+    tokens = jax.ShapeDtypeStruct(
+        (run.global_batch, run.seq), jnp.int32, sharding=NamedSharding(mesh, P(BATCH_AXES, None))
+    )
+    return params, params, params, step, tokens
+
+
+def attention_fn(run: RunConfig, mesh):
+    if run.flash:
+        return functools.partial(flash_attention_sharded, mesh=mesh)
+    return dot_attention
+
+
+# ---------------------------------------------------------------- FLOPs (MaxText's formula)
+
+
+def maxtext_flops_per_device(run: RunConfig, causal_attention: bool) -> float:
+    """Model FLOPs of one train step per device: 6 x params x tokens, plus the attention
+    score/value matmuls (x3 for forward+backward), halved when causal, as the published MFU
+    figures count them (v4's table counted 6 x params x tokens only: causal_attention=None)."""
+    cfg = run.model
+    tokens = run.per_device_batch * run.seq
+    flops = 6.0 * cfg.param_count() * tokens
+    if causal_attention:
+        attn = 4.0 * run.per_device_batch * run.seq**2 * cfg.heads * cfg.head_dim * cfg.layers * 3
+        flops += attn / 2
+    return flops
