@@ -9,7 +9,9 @@ layers with full rematerialization, AdamW with global-norm clipping.
 
 GPT-3 175B (MLPerf v4.0, MaxText `decoder_block: gpt3`): sequential pre-LayerNorm
 block with biases, gelu MLP, learned position embedding, shared embedding for the
-logits. Its int8 AQT matmuls are approximated as bf16 dots (stated assumption).
+logits. Its AQT int8 training is modelled as int8 x int8 -> int32 dots for every dense layer
+weight, forward and both backward matmuls, with per-row/column max-abs scales; attention and the
+logits stay bf16/f32 (assumption: AQT's exact scale granularity and calibration are not rebuilt).
 
 Sharding follows MaxText's logical axis rules: mesh axes (data, fsdp, tensor);
 parameters' embed dimension over fsdp, heads/mlp/vocab over tensor; the batch over
@@ -38,6 +40,8 @@ class ModelConfig:
     mlp: int
     layers: int
     vocab: int
+    # AQT-style int8 matmuls (forward and both backward dots) for the layers' dense weights.
+    int8_matmuls: bool = False
 
     def param_count(self) -> int:
         """Trainable parameters, as MaxText counts them (every array in the state)."""
@@ -86,7 +90,9 @@ def maxtext_scaled(scale: int) -> ModelConfig:
     )
 
 
-GPT3_175B = ModelConfig(kind="gpt3", emb=12288, heads=96, head_dim=128, mlp=49152, layers=96, vocab=50304)
+GPT3_175B = ModelConfig(
+    kind="gpt3", emb=12288, heads=96, head_dim=128, mlp=49152, layers=96, vocab=50304, int8_matmuls=True
+)
 GPT3_MAX_POSITIONS = 2048
 
 
@@ -215,15 +221,58 @@ def flash_attention_sharded(q, k, v, mesh):
     return f(qt, kt, vt).transpose(0, 2, 1, 3)
 
 
+def _quantized_dot(a, b):
+    """a [M, K] @ b [K, N] as an int8 x int8 -> int32 dot, each operand scaled per row/column of
+    its non-contracting dimension (symmetric, max-abs), rescaled in f32."""
+    sa = jnp.max(jnp.abs(a.astype(jnp.float32)), axis=1, keepdims=True) / 127.0 + 1e-12
+    sb = jnp.max(jnp.abs(b.astype(jnp.float32)), axis=0, keepdims=True) / 127.0 + 1e-12
+    aq = jnp.round(a / sa).astype(jnp.int8)
+    bq = jnp.round(b / sb).astype(jnp.int8)
+    acc = jax.lax.dot(aq, bq, preferred_element_type=jnp.int32)
+    return acc.astype(jnp.float32) * sa * sb
+
+
+@jax.custom_vjp
+def int8_matmul(x, w):
+    """[T, K] x [K, N] -> [T, N] in bf16 with int8 dots forward and backward (AQT int8 training)."""
+    return _quantized_dot(x, w).astype(ACT)
+
+
+def _int8_fwd(x, w):
+    return int8_matmul(x, w), (x, w)
+
+
+def _int8_bwd(res, g):
+    x, w = res
+    dx = _quantized_dot(g, w.T).astype(x.dtype)
+    dw = _quantized_dot(x.T, g).astype(w.dtype)
+    return dx, dw
+
+
+int8_matmul.defvjp(_int8_fwd, _int8_bwd)
+
+
+def dense(x, w, contract: int, cfg: ModelConfig):
+    """Contract the last `contract` axes of x with the first `contract` axes of w (bf16 or int8)."""
+    if not cfg.int8_matmuls:
+        lhs = "abcdefg"[: x.ndim]
+        rhs = lhs[x.ndim - contract :] + "uvwxyz"[: w.ndim - contract]
+        out = lhs[: x.ndim - contract] + rhs[contract:]
+        return jnp.einsum(f"{lhs},{rhs}->{out}", x, w)
+    batch, k_shape = x.shape[: x.ndim - contract], x.shape[x.ndim - contract :]
+    n_shape = w.shape[contract:]
+    k, n = math.prod(k_shape), math.prod(n_shape)
+    y = int8_matmul(x.reshape(-1, k), w.reshape(k, n))
+    return y.reshape(*batch, *n_shape)
+
+
 def constrain(x, *spec):
     return jax.lax.with_sharding_constraint(x, P(*spec))
 
 
 def attention_block(p, x, positions, cfg: ModelConfig, attend):
     w = lambda name: p[name].astype(ACT)  # noqa: E731
-    q = jnp.einsum("bse,ehd->bshd", x, w("wq"))
-    k = jnp.einsum("bse,ehd->bshd", x, w("wk"))
-    v = jnp.einsum("bse,ehd->bshd", x, w("wv"))
+    q, k, v = (dense(x, w(name), 1, cfg) for name in ("wq", "wk", "wv"))
     if cfg.kind == "maxtext":
         q, k, v = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"]), rms_norm(v, p["v_norm"])
         q, k = rotary(q, positions), rotary(k, positions)
@@ -232,27 +281,32 @@ def attention_block(p, x, positions, cfg: ModelConfig, attend):
     q, k, v = (constrain(t, BATCH_AXES, None, "tensor", None) for t in (q, k, v))
     o = attend(q, k, v)
     o = constrain(o, BATCH_AXES, None, "tensor", None)
-    out = jnp.einsum("bshd,hde->bse", o, w("wo"))
+    out = dense(o, w("wo"), 2, cfg)
     if cfg.kind == "gpt3":
         out = out + w("bo")
     return out
 
 
 def mlp_block(p, x, cfg: ModelConfig):
-    h = jnp.einsum("bse,em->bsm", x, p["wi"].astype(ACT))
+    h = dense(x, p["wi"].astype(ACT), 1, cfg)
     if cfg.kind == "maxtext":
         h = jax.nn.relu(h)
     else:
         h = jax.nn.gelu(h + p["bi"].astype(ACT))
     h = constrain(h, BATCH_AXES, None, "tensor")
-    out = jnp.einsum("bsm,me->bse", h, p["wo_mlp"].astype(ACT))
+    out = dense(h, p["wo_mlp"].astype(ACT), 1, cfg)
     if cfg.kind == "gpt3":
         out = out + p["bo_mlp"].astype(ACT)
     return out
 
 
+# The residual stream between layers (what full remat saves per layer): batch over (data, fsdp),
+# embed over tensor (MaxText's activation_batch / activation_embed rules).
+RESIDUAL = (BATCH_AXES, None, "tensor")
+
+
 def decoder_layer(x, p, positions, cfg: ModelConfig, attend):
-    x = constrain(x, BATCH_AXES, None, None)
+    x = constrain(x, *RESIDUAL)
     if cfg.kind == "maxtext":
         h = rms_norm(x, p["norm"])
         x = x + attention_block(p, h, positions, cfg, attend) + mlp_block(p, h, cfg)
@@ -261,7 +315,7 @@ def decoder_layer(x, p, positions, cfg: ModelConfig, attend):
         x = x + attention_block(p, h, positions, cfg, attend)
         h = layer_norm(x, p["mlp_norm"], p["mlp_norm_bias"])
         x = x + mlp_block(p, h, cfg)
-    return constrain(x, BATCH_AXES, None, None)
+    return constrain(x, *RESIDUAL)
 
 
 def forward_loss(params, tokens, cfg: ModelConfig, attend, remat: str):

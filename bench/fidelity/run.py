@@ -34,6 +34,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import configs  # noqa: E402
+from generate import XLA_DCN_STANDIN  # noqa: E402
 from model import maxtext_flops_per_device  # noqa: E402
 
 
@@ -42,11 +43,20 @@ def supports_partition(tpusim: str) -> bool:
     return p.returncode == 0
 
 
-def analyze(tpusim: str, row: configs.Row, hlo_gz: pathlib.Path, tmp: pathlib.Path, extra: list[str]) -> dict:
+def priced_slices(row: configs.Row, program: str) -> int:
+    """Slices the program was built for: a stand-in DCN degree for XLA programs of runs too large
+    for fake CPU devices (same per-device shapes; see generate.XLA_DCN_STANDIN)."""
+    if program == "xla" and row.id in XLA_DCN_STANDIN:
+        return XLA_DCN_STANDIN[row.id] * row.slices // row.run.dcn_data
+    return row.slices
+
+
+def analyze(tpusim: str, row: configs.Row, program: str, hlo_gz: pathlib.Path, tmp: pathlib.Path,
+            extra: list[str]) -> dict:
     plain = tmp / hlo_gz.name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(hlo_gz.read_bytes()))
     cmd = [tpusim, "analyze", str(plain), "--chip", row.chip, "--topology", row.topology,
-           "--slices", str(row.slices), "--json", *extra]
+           "--slices", str(priced_slices(row, program)), "--json", *extra]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0
@@ -60,7 +70,20 @@ def analyze(tpusim: str, row: configs.Row, hlo_gz: pathlib.Path, tmp: pathlib.Pa
     return out
 
 
-def evaluate(row: configs.Row, res: dict) -> dict:
+def xla_cpu_bytes(row_id: str, program: str) -> int | None:
+    """XLA:CPU's own buffer assignment for the fake-device program (arguments + temporaries +
+    outputs not aliased to arguments), recorded by generate.py: a reference, not a TPU figure."""
+    times = HERE / "hlo" / "generation_times.json"
+    if program != "xla" or not times.exists():
+        return None
+    m = json.loads(times.read_text()).get(f"{row_id}.xla", {}).get("xla_cpu_analysis")
+    if not m:
+        return None
+    return (m["argument_size_in_bytes"] + m["temp_size_in_bytes"] + m["output_size_in_bytes"]
+            - m["alias_size_in_bytes"])
+
+
+def evaluate(row: configs.Row, res: dict, slices: int, program: str) -> dict:
     run = row.run
     peak = res["peak_flops_per_s"]
     flops = maxtext_flops_per_device(run, row.causal_attention_flops)
@@ -87,22 +110,25 @@ def evaluate(row: configs.Row, res: dict) -> dict:
         "error": meas_step / pred_step - 1.0,
         "peak_memory_bytes": peak_mem,
         "hbm_bytes": hbm,
+        "xla_cpu_memory_bytes": xla_cpu_bytes(row.id, program),
         "fits": None if peak_mem is None or hbm is None else peak_mem <= hbm,
         "exposed_communication_s": res.get("exposed_communication_s"),
         "devices_in_program": res.get("devices"),
         "tpusim_s": res["tpusim_s"],
+        "priced_slices": slices,
+        "slices": row.slices,
     }
 
 
 def fmt_table(results: list[dict], failures: list[tuple[str, str]], program: str, markdown: bool) -> str:
     head = ["id", "chip", "chips", "pred step s", "meas step s", "pred MFU", "meas MFU", "error",
-            "peak mem GiB", "HBM GiB", "fits"]
+            "peak mem GiB", "XLA:CPU GiB", "HBM GiB", "fits"]
     rows = []
     for r in results:
         gib = lambda b: "-" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
         rows.append([r["id"], r["chip"], str(r["chips"]), f"{r['pred_step_s']:.3g}", f"{r['meas_step_s']:.3g}",
                      f"{r['pred_mfu']:.1%}", f"{r['meas_mfu']:.1%}", f"{r['error']:+.1%}",
-                     gib(r["peak_memory_bytes"]), gib(r["hbm_bytes"]),
+                     gib(r["peak_memory_bytes"]), gib(r["xla_cpu_memory_bytes"]), gib(r["hbm_bytes"]),
                      {True: "yes", False: "NO", None: "?"}[r["fits"]]])
     lines = []
     if markdown:
@@ -126,6 +152,10 @@ def fmt_table(results: list[dict], failures: list[tuple[str, str]], program: str
         lines.append(f"median |error|: {statistics.median(errs):.1%}")
         lines.append(f"worst |error|: {abs(worst['error']):.1%} ({worst['id']})")
         lines.append(f"fit in HBM: {fits} of {len(results)}")
+    for r in results:
+        if r["priced_slices"] != r["slices"]:
+            lines.append(f"assumption: {r['id']} priced as {r['priced_slices']} slices instead of {r['slices']} "
+                         f"(XLA's program compiled at that data-parallel degree; same per-device shapes)")
     for row_id, why in failures:
         lines.append(f"not priced: {row_id}: {why}")
     return "\n".join(lines)
@@ -155,11 +185,11 @@ def main() -> None:
             if not hlo.exists():
                 failures.append((row.id, f"no program {hlo.name} (see generate.py / README)"))
                 continue
-            res = analyze(a.tpusim, row, hlo, pathlib.Path(tmp), extra)
+            res = analyze(a.tpusim, row, program, hlo, pathlib.Path(tmp), extra)
             if "error" in res:
                 failures.append((row.id, f"tpusim failed: {res['error']}"))
                 continue
-            results.append(evaluate(row, res))
+            results.append(evaluate(row, res, priced_slices(row, program), program))
     print(fmt_table(results, failures, program, a.markdown))
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps({"program": program, "rows": results,
