@@ -38,6 +38,13 @@ from generate import XLA_DCN_STANDIN  # noqa: E402
 from model import maxtext_flops_per_device  # noqa: E402
 
 
+def bf16_peaks(tpusim: str) -> dict[str, float]:
+    """Each chip's bf16 matmul peak from tpusim's own database: the MFU denominator of the published
+    figures (not the dtype tpusim picks for its own MFU, which is int8 for an int8-heavy program)."""
+    p = subprocess.run([tpusim, "chips", "--json"], capture_output=True, text=True, check=True)
+    return {c["id"]: c["matmul"]["bf16_flops_per_s"] for c in json.loads(p.stdout)}
+
+
 def supports_partition(tpusim: str) -> bool:
     p = subprocess.run([tpusim, "partition", "--help"], capture_output=True, text=True)
     return p.returncode == 0
@@ -83,9 +90,8 @@ def xla_cpu_bytes(row_id: str, program: str) -> int | None:
             - m["alias_size_in_bytes"])
 
 
-def evaluate(row: configs.Row, res: dict, slices: int, program: str) -> dict:
+def evaluate(row: configs.Row, res: dict, slices: int, program: str, peak: float) -> dict:
     run = row.run
-    peak = res["peak_flops_per_s"]
     flops = maxtext_flops_per_device(run, row.causal_attention_flops)
     tokens = run.per_device_batch * run.seq
     if row.measured_mfu is not None:
@@ -153,6 +159,10 @@ def fmt_table(results: list[dict], failures: list[tuple[str, str]], program: str
         lines.append(f"worst |error|: {abs(worst['error']):.1%} ({worst['id']})")
         lines.append(f"fit in HBM: {fits} of {len(results)}")
     for r in results:
+        devices = r["devices_in_program"]
+        if devices is not None and devices * r["slices"] < r["chips"] * r["priced_slices"]:
+            lines.append(f"warning: {r['id']}: tpusim priced a program of {devices} device(s) for {r['chips']} chips "
+                         f"(a pre-partition program priced without partitioning?)")
         if r["priced_slices"] != r["slices"]:
             lines.append(f"assumption: {r['id']} priced as {r['priced_slices']} slices instead of {r['slices']} "
                          f"(XLA's program compiled at that data-parallel degree; same per-device shapes)")
@@ -177,6 +187,7 @@ def main() -> None:
     if program == "auto":
         program = "pre" if supports_partition(a.tpusim) else "xla"
     results, failures = [], []
+    peaks = bf16_peaks(a.tpusim)
     with tempfile.TemporaryDirectory(prefix="tpusim-fidelity-") as tmp:
         for row in configs.rows():
             if a.only and row.id not in a.only:
@@ -189,7 +200,7 @@ def main() -> None:
             if "error" in res:
                 failures.append((row.id, f"tpusim failed: {res['error']}"))
                 continue
-            results.append(evaluate(row, res, priced_slices(row, program), program))
+            results.append(evaluate(row, res, priced_slices(row, program), program, peaks[row.chip]))
     print(fmt_table(results, failures, program, a.markdown))
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps({"program": program, "rows": results,
