@@ -11,19 +11,32 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from model import MESH_AXES, ModelConfig, RunConfig, dot_attention, forward_loss, make_train_step, param_shapes
+from model import MESH_AXES, ModelConfig, attention_fn, forward_loss, make_train_step, param_shapes
+
+
+FAN_IN_AXES = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "wi": 1, "wo_mlp": 1}  # input axes after the layer axis
 
 
 def init(cfg, key):
-    leaves, tree = jax.tree.flatten(param_shapes(cfg))
+    """Norm scales 1, biases 0, embedding N(0, 1) (MaxText), positions N(0, 0.02), weights
+    N(0, 1/fan_in)."""
+    leaves = jax.tree_util.tree_leaves_with_path(param_shapes(cfg))
     keys = jax.random.split(key, len(leaves))
     out = []
-    for k, s in zip(keys, leaves):
-        fan_in = s.shape[-2] if len(s.shape) >= 3 else s.shape[-1]
-        scale = 1.0 if len(s.shape) <= 2 and s.shape[0] != cfg.vocab else 1.0 / math.sqrt(fan_in)
-        is_norm = len(s.shape) <= 2 and s.shape[0] != cfg.vocab and s.shape[0] != 2048
-        out.append(jnp.ones(s.shape, s.dtype) if is_norm else scale * jax.random.normal(k, s.shape, s.dtype))
-    return jax.tree.unflatten(tree, out)
+    for k, (path, s) in zip(keys, leaves):
+        name = path[-1].key
+        if "norm" in name and "bias" not in name:
+            out.append(jnp.ones(s.shape, s.dtype))
+        elif "bias" in name or (name.startswith("b") and name in {"bq", "bk", "bv", "bo", "bi", "bo_mlp"}):
+            out.append(jnp.zeros(s.shape, s.dtype))
+        elif name == "embedding":
+            out.append(jax.random.normal(k, s.shape, s.dtype))
+        elif name == "position":
+            out.append(0.02 * jax.random.normal(k, s.shape, s.dtype))
+        else:
+            fan_in = math.prod(s.shape[1 : 1 + FAN_IN_AXES[name]])
+            out.append(jax.random.normal(k, s.shape, s.dtype) / math.sqrt(fan_in))
+    return jax.tree.unflatten(jax.tree.structure(param_shapes(cfg)), out)
 
 
 def main():
@@ -31,6 +44,7 @@ def main():
         cfg = ModelConfig(kind=kind, emb=64, heads=4, head_dim=16, mlp=128, layers=2, vocab=256)
         mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), MESH_AXES)
         params = init(cfg, jax.random.key(0))
+        dot_attention = attention_fn(cfg, flash=False)
         tokens = jax.random.randint(jax.random.key(1), (4, 32), 0, cfg.vocab)
         with jax.set_mesh(mesh):
             loss0 = forward_loss(params, tokens, cfg, dot_attention, "full")

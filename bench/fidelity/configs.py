@@ -54,6 +54,7 @@ def rows() -> list[Row]:
             ici_fsdp=r["ici_fsdp"],
             ici_tensor=r["ici_tensor"],
             flash=not is_v4,  # the v4 runs used plain dot-product attention
+            iota_embed=not is_v4,  # the v5e launch scripts pass use_iota_embed=true
         )
         slice_chips = math.prod(int(d) for d in r["topology"].split("x"))
         assert slice_chips * r["slices"] == run.chips, r["id"]

@@ -57,7 +57,7 @@ def build_pre(row_id: str) -> str:
     jax.config.update("jax_use_shardy_partitioner", False)
     row = configs.by_id()[row_id]
     mesh = jax.sharding.AbstractMesh(row.run.mesh_shape, MESH_AXES)
-    step = make_train_step(row.run.model, attention_fn(row.run, mesh), "full")
+    step = make_train_step(row.run.model, attention_fn(row.run.model, row.run.flash, mesh), "full", row.run.iota_embed)
     args = step_args(row.run, mesh)
     with jax.sharding.use_abstract_mesh(mesh):
         lowered = jax.jit(step, donate_argnums=(0, 1, 2)).trace(*args).lower(lowering_platforms=("tpu",))
@@ -70,7 +70,7 @@ def build_xla(row_id: str) -> str:
     import jax
     import numpy as np
     import configs
-    from model import MESH_AXES, make_train_step, step_args, dot_attention
+    from model import MESH_AXES, attention_fn, make_train_step, step_args
 
     row = configs.by_id()[row_id]
     run = row.run
@@ -78,7 +78,7 @@ def build_xla(row_id: str) -> str:
         run = dataclasses.replace(run, dcn_data=XLA_DCN_STANDIN[row_id])
     devices = np.array(jax.devices()[: run.chips]).reshape(run.mesh_shape)
     mesh = jax.sharding.Mesh(devices, MESH_AXES)
-    step = make_train_step(run.model, dot_attention, "full")
+    step = make_train_step(run.model, attention_fn(run.model, flash=False), "full", run.iota_embed)
     args = step_args(dataclasses.replace(row, run=run).run, mesh)
     with jax.set_mesh(mesh):
         lowered = jax.jit(step, donate_argnums=(0, 1, 2)).trace(*args).lower()

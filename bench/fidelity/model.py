@@ -57,6 +57,7 @@ class RunConfig:
     ici_fsdp: int
     ici_tensor: int
     flash: bool  # Pallas TPU flash attention (only in the pre-partition program)
+    iota_embed: bool = False  # token embedding as a one-hot matmul (MaxText's use_iota_embed)
 
     @property
     def chips(self) -> int:
@@ -182,21 +183,24 @@ def layer_norm(x, scale, bias, eps=1e-6):
 
 
 def rotary(x, positions, max_timescale=10_000.0):
-    """Rotary position embedding on the last axis of x: [B, S, H, D]."""
+    """LLaMA-style rotary embedding on the last axis of x: [B, S, H, D], rotating interleaved
+    (even, odd) pairs, computed in f32 and returned in bf16."""
     d = x.shape[-1]
     fraction = 2.0 * jnp.arange(d // 2, dtype=jnp.float32) / d
     inv_freq = max_timescale**-fraction
     angle = positions[:, :, None, None].astype(jnp.float32) * inv_freq
     sin, cos = jnp.sin(angle), jnp.cos(angle)
-    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
-    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-    return out.astype(ACT)
+    pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], d // 2, 2)
+    even, odd = pairs[..., 0], pairs[..., 1]
+    rotated = jnp.stack([(even * cos - odd * sin).astype(ACT), (odd * cos + even * sin).astype(ACT)], axis=-1)
+    return rotated.reshape(x.shape)
 
 
-def dot_attention(q, k, v):
+def dot_attention(q, k, v, sm_scale: float = 1.0):
     """Causal attention, [B, S, H, D] in and out, softmax in f32."""
-    d = q.shape[-1]
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(d)
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    if sm_scale != 1.0:
+        logits = logits * sm_scale
     s = q.shape[1]
     mask = jnp.tril(jnp.ones((s, s), dtype=bool))
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
@@ -204,16 +208,29 @@ def dot_attention(q, k, v):
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
-def flash_attention_sharded(q, k, v, mesh):
+def flash_attention_sharded(q, k, v, mesh, sm_scale: float = 1.0):
     """The Pallas TPU flash attention kernel, run per shard (batch over data/fsdp, heads over tensor)
     inside shard_map, as MaxText wraps it."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
-    d = q.shape[-1]
     spec = P(BATCH_AXES, "tensor", None, None)
 
     def kernel(q, k, v):
-        return fa.flash_attention(q, k, v, causal=True, sm_scale=1.0 / math.sqrt(d))
+        b, _, s, _ = q.shape  # per-shard [B, H, S, D]
+        blocks = fa.BlockSizes(  # the block sizes MaxText passed at that commit
+            block_q=min(512, s),
+            block_k_major=min(512, s),
+            block_k=min(512, s),
+            block_b=min(2, b),
+            block_q_major_dkv=min(512, s),
+            block_k_major_dkv=min(512, s),
+            block_q_dkv=min(512, s),
+            block_k_dkv=min(512, s),
+            block_q_dq=min(1024, s),
+            block_k_dq=min(256, s),
+            block_k_major_dq=min(512, s),
+        )
+        return fa.flash_attention(q, k, v, causal=True, sm_scale=sm_scale, block_sizes=blocks)
 
     f = jax.shard_map(kernel, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
     # The kernel takes [B, H, S, D].
@@ -274,8 +291,8 @@ def attention_block(p, x, positions, cfg: ModelConfig, attend):
     w = lambda name: p[name].astype(ACT)  # noqa: E731
     q, k, v = (dense(x, w(name), 1, cfg) for name in ("wq", "wk", "wv"))
     if cfg.kind == "maxtext":
-        q, k, v = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"]), rms_norm(v, p["v_norm"])
         q, k = rotary(q, positions), rotary(k, positions)
+        q, k, v = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"]), rms_norm(v, p["v_norm"])
     else:
         q, k, v = q + w("bq"), k + w("bk"), v + w("bv")
     q, k, v = (constrain(t, BATCH_AXES, None, "tensor", None) for t in (q, k, v))
@@ -318,12 +335,19 @@ def decoder_layer(x, p, positions, cfg: ModelConfig, attend):
     return constrain(x, *RESIDUAL)
 
 
-def forward_loss(params, tokens, cfg: ModelConfig, attend, remat: str):
+def embed(params, tokens, iota_embed: bool):
+    emb = params["embedding"].astype(ACT)
+    if iota_embed:
+        one_hot = (tokens[..., None] == jnp.arange(emb.shape[0], dtype=tokens.dtype)).astype(ACT)
+        return jnp.einsum("bsv,ve->bse", one_hot, emb)
+    return jnp.take(emb, tokens, axis=0)
+
+
+def forward_loss(params, tokens, cfg: ModelConfig, attend, remat: str, iota_embed: bool = False):
     """Mean next-token cross entropy of a [B, S] batch (targets are the inputs shifted)."""
     b, s = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
-    emb = params["embedding"].astype(ACT)
-    x = jnp.take(emb, tokens, axis=0)
+    x = constrain(embed(params, tokens, iota_embed), *RESIDUAL)
     if cfg.kind == "gpt3":
         x = x + params["position"][:s].astype(ACT)[None]
 
@@ -340,12 +364,11 @@ def forward_loss(params, tokens, cfg: ModelConfig, attend, remat: str):
         x = rms_norm(x, params["final_norm"])
     else:
         x = layer_norm(x, params["final_norm"], params["final_norm_bias"])
-    # Logits through the shared embedding, in f32.
-    logits = jnp.einsum("bse,ve->bsv", x.astype(jnp.float32), params["embedding"])
+    # Logits through the shared embedding, in f32, scaled by 1/sqrt(emb) as MaxText does.
+    logits = jnp.einsum("bse,ve->bsv", x.astype(jnp.float32), params["embedding"]) / math.sqrt(cfg.emb)
     logits = constrain(logits, BATCH_AXES, None, "tensor")
-    targets = jnp.roll(tokens, -1, axis=1)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    targets = jax.nn.one_hot(jnp.roll(tokens, -1, axis=1), cfg.vocab, dtype=jnp.float32)
+    nll = -jnp.sum(targets * jax.nn.log_softmax(logits, axis=-1), axis=-1)
     return jnp.mean(nll)
 
 
@@ -371,9 +394,9 @@ def adamw_clipped(params, grads, mu, nu, step):
     return jax.tree.map(update, params, mu, nu), mu, nu, gnorm
 
 
-def make_train_step(cfg: ModelConfig, attend, remat: str):
+def make_train_step(cfg: ModelConfig, attend, remat: str, iota_embed: bool = False):
     def train_step(params, mu, nu, step, tokens):
-        loss, grads = jax.value_and_grad(forward_loss)(params, tokens, cfg, attend, remat)
+        loss, grads = jax.value_and_grad(forward_loss)(params, tokens, cfg, attend, remat, iota_embed)
         params, mu, nu, gnorm = adamw_clipped(params, grads, mu, nu, step)
         return params, mu, nu, step + 1, loss, gnorm
 
@@ -397,10 +420,13 @@ def step_args(run: RunConfig, mesh):
     return params, params, params, step, tokens
 
 
-def attention_fn(run: RunConfig, mesh):
-    if run.flash:
-        return functools.partial(flash_attention_sharded, mesh=mesh)
-    return dot_attention
+def attention_fn(cfg: ModelConfig, flash: bool, mesh=None):
+    """MaxText's block folds 1/sqrt(head_dim) into the query initializer (and normalizes q/k);
+    GPT-3 scales the scores."""
+    sm_scale = 1.0 if cfg.kind == "maxtext" else 1.0 / math.sqrt(cfg.head_dim)
+    if flash:
+        return functools.partial(flash_attention_sharded, mesh=mesh, sm_scale=sm_scale)
+    return functools.partial(dot_attention, sm_scale=sm_scale)
 
 
 # ---------------------------------------------------------------- FLOPs (MaxText's formula)
