@@ -25,7 +25,9 @@ def init(cfg, key):
     out = []
     for k, (path, s) in zip(keys, leaves):
         name = path[-1].key
-        if "norm" in name and "bias" not in name:
+        if name == "rel_embedding":
+            out.append(0.1 * jax.random.normal(k, s.shape, s.dtype))
+        elif "norm" in name and "bias" not in name:
             out.append(jnp.ones(s.shape, s.dtype))
         elif "bias" in name or (name.startswith("b") and name in {"bq", "bk", "bv", "bo", "bi", "bo_mlp"}):
             out.append(jnp.zeros(s.shape, s.dtype))
@@ -40,7 +42,7 @@ def init(cfg, key):
 
 
 def main():
-    for kind in ("maxtext", "gpt3"):
+    for kind in ("maxtext", "maxtext_v4", "gpt3"):
         cfg = ModelConfig(kind=kind, emb=64, heads=4, head_dim=16, mlp=128, layers=2, vocab=256)
         mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), MESH_AXES)
         params = init(cfg, jax.random.key(0))

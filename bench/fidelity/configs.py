@@ -37,7 +37,7 @@ class Row:
 
 
 def _v4_22b() -> ModelConfig:
-    return ModelConfig(kind="maxtext", emb=6144, heads=24, head_dim=256, mlp=24576, layers=48, vocab=32768)
+    return ModelConfig(kind="maxtext_v4", emb=6144, heads=24, head_dim=256, mlp=24576, layers=48, vocab=32768)
 
 
 def rows() -> list[Row]:

@@ -26,6 +26,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 BATCH_AXES = ("data", "fsdp")
@@ -33,7 +34,11 @@ BATCH_AXES = ("data", "fsdp")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    kind: str  # "maxtext" (parallel block) or "gpt3" (sequential block)
+    # "maxtext": parallel block of MaxText 76bd53b0f (rotary, q/k/v RMSNorm);
+    # "maxtext_v4": the same block at 281e04bf3 (the v4 runs): T5 relative position biases and
+    #   q/k RMSNorm inside plain bf16 attention, no rotary;
+    # "gpt3": MaxText's sequential GPT-3 block.
+    kind: str
     emb: int
     heads: int
     head_dim: int
@@ -117,6 +122,8 @@ def param_shapes(cfg: ModelConfig) -> dict:
     top = {"embedding": s(cfg.vocab, E), "final_norm": s(E)}
     if cfg.kind == "maxtext":
         layer.update(q_norm=s(L, D), k_norm=s(L, D), v_norm=s(L, D))
+    elif cfg.kind == "maxtext_v4":
+        layer.update(q_norm=s(L, D), k_norm=s(L, D), rel_embedding=s(L, H, T5_BUCKETS))
     else:
         layer.update(
             norm_bias=s(L, E),
@@ -147,6 +154,8 @@ def param_specs(cfg: ModelConfig) -> dict:
     top = {"embedding": P("tensor", "fsdp"), "final_norm": P("fsdp")}
     if cfg.kind == "maxtext":
         layer.update(q_norm=P(None, None), k_norm=P(None, None), v_norm=P(None, None))
+    elif cfg.kind == "maxtext_v4":
+        layer.update(q_norm=P(None, None), k_norm=P(None, None), rel_embedding=P(None, "tensor", None))
     else:
         layer.update(
             norm_bias=P(None, "fsdp"),
@@ -205,6 +214,34 @@ def dot_attention(q, k, v, sm_scale: float = 1.0):
     mask = jnp.tril(jnp.ones((s, s), dtype=bool))
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(ACT)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
+
+
+def t5_relative_buckets(seq: int) -> np.ndarray:
+    """Causal (unidirectional) T5 relative-position bucket of every (query, key) pair: exact
+    buckets for distances below half the buckets, logarithmic ones up to the max distance."""
+    distance = np.maximum(np.arange(seq)[:, None] - np.arange(seq)[None, :], 0)
+    exact = T5_BUCKETS // 2
+    with np.errstate(divide="ignore"):
+        log_ratio = np.log(np.maximum(distance, 1) / exact) / np.log(T5_MAX_DISTANCE / exact)
+    large = np.minimum(exact + (log_ratio * (T5_BUCKETS - exact)).astype(np.int32), T5_BUCKETS - 1)
+    return np.where(distance < exact, distance, large).astype(np.int32)
+
+
+def t5_bias_attention(q, k, v, rel_embedding, q_norm, k_norm):
+    """The v4 runs' attention: q/k RMSNorm, bf16 scores plus a per-head relative position bias
+    (gathered through a one-hot contraction, as MaxText did) and the causal mask, bf16 softmax."""
+    q, k = rms_norm(q, q_norm), rms_norm(k, k_norm)
+    s = q.shape[1]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+    buckets = jnp.asarray(t5_relative_buckets(s))
+    one_hot = (buckets[None] == jnp.arange(T5_BUCKETS, dtype=jnp.int32)[:, None, None]).astype(ACT)
+    bias = jnp.einsum("hn,nqk->hqk", rel_embedding.astype(ACT), one_hot)
+    mask = jnp.where(jnp.tril(jnp.ones((s, s), dtype=bool)), 0.0, -1e10).astype(ACT)
+    probs = jax.nn.softmax(scores + bias[None] + mask[None, None], axis=-1)
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
@@ -293,10 +330,13 @@ def attention_block(p, x, positions, cfg: ModelConfig, attend):
     if cfg.kind == "maxtext":
         q, k = rotary(q, positions), rotary(k, positions)
         q, k, v = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"]), rms_norm(v, p["v_norm"])
-    else:
+    elif cfg.kind == "gpt3":
         q, k, v = q + w("bq"), k + w("bk"), v + w("bv")
     q, k, v = (constrain(t, BATCH_AXES, None, "tensor", None) for t in (q, k, v))
-    o = attend(q, k, v)
+    if cfg.kind == "maxtext_v4":
+        o = t5_bias_attention(q, k, v, p["rel_embedding"], p["q_norm"], p["k_norm"])
+    else:
+        o = attend(q, k, v)
     o = constrain(o, BATCH_AXES, None, "tensor", None)
     out = dense(o, w("wo"), 2, cfg)
     if cfg.kind == "gpt3":
@@ -306,7 +346,7 @@ def attention_block(p, x, positions, cfg: ModelConfig, attend):
 
 def mlp_block(p, x, cfg: ModelConfig):
     h = dense(x, p["wi"].astype(ACT), 1, cfg)
-    if cfg.kind == "maxtext":
+    if cfg.kind != "gpt3":
         h = jax.nn.relu(h)
     else:
         h = jax.nn.gelu(h + p["bi"].astype(ACT))
@@ -324,7 +364,7 @@ RESIDUAL = (BATCH_AXES, None, "tensor")
 
 def decoder_layer(x, p, positions, cfg: ModelConfig, attend):
     x = constrain(x, *RESIDUAL)
-    if cfg.kind == "maxtext":
+    if cfg.kind != "gpt3":
         h = rms_norm(x, p["norm"])
         x = x + attention_block(p, h, positions, cfg, attend) + mlp_block(p, h, cfg)
     else:
@@ -360,7 +400,7 @@ def forward_loss(params, tokens, cfg: ModelConfig, attend, remat: str, iota_embe
         raise ValueError(f"unknown remat {remat!r}")
     x, _ = jax.lax.scan(body, x, params["layers"])
 
-    if cfg.kind == "maxtext":
+    if cfg.kind != "gpt3":
         x = rms_norm(x, params["final_norm"])
     else:
         x = layer_norm(x, params["final_norm"], params["final_norm_bias"])
@@ -423,7 +463,7 @@ def step_args(run: RunConfig, mesh):
 def attention_fn(cfg: ModelConfig, flash: bool, mesh=None):
     """MaxText's block folds 1/sqrt(head_dim) into the query initializer (and normalizes q/k);
     GPT-3 scales the scores."""
-    sm_scale = 1.0 if cfg.kind == "maxtext" else 1.0 / math.sqrt(cfg.head_dim)
+    sm_scale = 1.0 / math.sqrt(cfg.head_dim) if cfg.kind == "gpt3" else 1.0
     if flash:
         return functools.partial(flash_attention_sharded, mesh=mesh, sm_scale=sm_scale)
     return functools.partial(dot_attention, sm_scale=sm_scale)
