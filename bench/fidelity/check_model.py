@@ -1,5 +1,6 @@
 """Smoke check of model.py on CPU at a tiny size: the train step runs, the loss is near ln(vocab) at
-init and falls over a few steps, and int8 matmuls track the bf16 model's loss and gradients.
+init and falls over a few steps, every remat policy gives the same gradients, and int8 matmuls
+track the bf16 model's loss and gradients.
 
   python3 bench/fidelity/check_model.py
 """
@@ -11,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from model import MESH_AXES, ModelConfig, attention_fn, forward_loss, make_train_step, param_shapes
+from model import MESH_AXES, REMAT_SAVED, ModelConfig, attention_fn, forward_loss, make_train_step, param_shapes
 
 
 FAN_IN_AXES = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "wi": 1, "wo_mlp": 1}  # input axes after the layer axis
@@ -65,6 +66,11 @@ def main():
             flat = lambda g: jnp.concatenate([x.ravel() for x in jax.tree.leaves(g)])  # noqa: E731
             a, b = flat(g_bf16), flat(g_int8)
             cos = float(jnp.dot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b)))
+            # Every remat policy computes the same gradients (they only change what is recomputed).
+            for policy in REMAT_SAVED:
+                g = jax.grad(forward_loss)(params, tokens, cfg, dot_attention, policy)
+                diff = float(jnp.max(jnp.abs(flat(g) - a)))
+                assert diff <= 1e-3 * float(jnp.max(jnp.abs(a))), (policy, diff)
         # Quantization noise dominates gradients that are ~0 in exact arithmetic (a key bias does not
         # change softmax), so compare the whole gradient's direction, not each leaf.
         print(f"{kind}: loss {losses[0]:.3f} -> {losses[-1]:.3f}; int8 loss {float(l8):.3f} vs {float(loss0):.3f}, "

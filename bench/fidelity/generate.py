@@ -17,6 +17,7 @@ imported. Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -29,12 +30,23 @@ HERE = pathlib.Path(__file__).resolve().parent
 HLO_DIR = HERE / "hlo"
 TIMES = HLO_DIR / "generation_times.json"
 
-# Rows whose XLA-partitioned program is compiled on fewer fake devices than the run had: the
-# per-device program of the larger run has the same per-device shapes and differs only in the
-# size of the data-parallel (DCN) replica groups. Value: the data-parallel degree compiled instead.
+@dataclasses.dataclass(frozen=True)
+class StandIn:
+    """A smaller data-parallel degree (and the topology/slices it runs on) at which a row's
+    XLA-partitioned program is compiled and priced instead: the per-device program has the same
+    shapes; only the data-parallel all-reduce's group is smaller."""
+
+    data: int
+    topology: str
+    slices: int
+
+
 # jaxlib's CPU client refuses 4096 or more fake devices ("Multiprocess computations aren't
-# implemented on the CPU backend"), so the two largest runs are compiled at a smaller DCN degree.
-XLA_DCN_STANDIN: dict[str, int] = {"v5e_128b_x32": 8, "gpt3_175b_v5p_6144": 4}
+# implemented on the CPU backend"), so the two largest runs get stand-ins of 2048 and 1536 chips.
+XLA_STANDIN: dict[str, StandIn] = {
+    "v5e_128b_x32": StandIn(data=8, topology="16x16", slices=8),
+    "gpt3_175b_v5p_6144": StandIn(data=4, topology="8x12x16", slices=1),
+}
 
 
 def hlo_path(row_id: str, kind: str) -> pathlib.Path:
@@ -57,16 +69,15 @@ def build_pre(row_id: str) -> str:
     jax.config.update("jax_use_shardy_partitioner", False)
     row = configs.by_id()[row_id]
     mesh = jax.sharding.AbstractMesh(row.run.mesh_shape, MESH_AXES)
-    step = make_train_step(row.run.model, attention_fn(row.run.model, row.run.flash, mesh), "full", row.run.iota_embed)
-    args = step_args(row.run, mesh)
+    run = row.run
+    step = make_train_step(run.model, attention_fn(run.model, run.flash, mesh), run.remat, run.iota_embed)
+    args = step_args(run, mesh)
     with jax.sharding.use_abstract_mesh(mesh):
         lowered = jax.jit(step, donate_argnums=(0, 1, 2)).trace(*args).lower(lowering_platforms=("tpu",))
     return lowered.as_text(dialect="hlo")
 
 
-def build_xla(row_id: str) -> str:
-    import dataclasses
-
+def build_xla(row_id: str) -> tuple[str, dict]:
     import jax
     import numpy as np
     import configs
@@ -74,12 +85,12 @@ def build_xla(row_id: str) -> str:
 
     row = configs.by_id()[row_id]
     run = row.run
-    if row_id in XLA_DCN_STANDIN:
-        run = dataclasses.replace(run, dcn_data=XLA_DCN_STANDIN[row_id])
+    if row_id in XLA_STANDIN:
+        run = dataclasses.replace(run, data=XLA_STANDIN[row_id].data)
     devices = np.array(jax.devices()[: run.chips]).reshape(run.mesh_shape)
     mesh = jax.sharding.Mesh(devices, MESH_AXES)
-    step = make_train_step(run.model, attention_fn(run.model, flash=False), "full", run.iota_embed)
-    args = step_args(dataclasses.replace(row, run=run).run, mesh)
+    step = make_train_step(run.model, attention_fn(run.model, flash=False), run.remat, run.iota_embed)
+    args = step_args(run, mesh)
     with jax.set_mesh(mesh):
         lowered = jax.jit(step, donate_argnums=(0, 1, 2)).trace(*args).lower()
         compiled = lowered.compile()
@@ -115,8 +126,8 @@ def fake_devices(row_id: str) -> int:
     import configs
 
     run = configs.by_id()[row_id].run
-    dcn = XLA_DCN_STANDIN.get(row_id, run.dcn_data)
-    return dcn * run.ici_fsdp * run.ici_tensor
+    data = XLA_STANDIN[row_id].data if row_id in XLA_STANDIN else run.data
+    return data * run.ici_fsdp * run.ici_tensor
 
 
 def spawn(row_id: str, kind: str, timeout: float) -> dict:

@@ -15,7 +15,7 @@ logits stay bf16/f32 (assumption: AQT's exact scale granularity and calibration 
 
 Sharding follows MaxText's logical axis rules: mesh axes (data, fsdp, tensor);
 parameters' embed dimension over fsdp, heads/mlp/vocab over tensor; the batch over
-(data, fsdp); the data axis spans slices over DCN.
+(data, fsdp); the data axis spans slices over DCN in multi-slice runs.
 """
 
 from __future__ import annotations
@@ -27,9 +27,13 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
 BATCH_AXES = ("data", "fsdp")
+# The residual stream between layers (what full remat saves per layer): batch over (data, fsdp),
+# embed over tensor (MaxText's activation_batch / activation_embed rules).
+RESIDUAL = (BATCH_AXES, None, "tensor")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,15 +62,16 @@ class RunConfig:
     model: ModelConfig
     per_device_batch: int
     seq: int
-    dcn_data: int
+    data: int  # data-parallel degree: across slices (DCN) for MaxText multi-slice, ICI for GPT-3
     ici_fsdp: int
     ici_tensor: int
     flash: bool  # Pallas TPU flash attention (only in the pre-partition program)
     iota_embed: bool = False  # token embedding as a one-hot matmul (MaxText's use_iota_embed)
+    remat: str = "full"  # a key of REMAT_SAVED
 
     @property
     def chips(self) -> int:
-        return self.dcn_data * self.ici_fsdp * self.ici_tensor
+        return self.data * self.ici_fsdp * self.ici_tensor
 
     @property
     def global_batch(self) -> int:
@@ -74,7 +79,7 @@ class RunConfig:
 
     @property
     def mesh_shape(self) -> tuple[int, int, int]:
-        return (self.dcn_data, self.ici_fsdp, self.ici_tensor)
+        return (self.data, self.ici_fsdp, self.ici_tensor)
 
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -326,7 +331,10 @@ def constrain(x, *spec):
 
 def attention_block(p, x, positions, cfg: ModelConfig, attend):
     w = lambda name: p[name].astype(ACT)  # noqa: E731
-    q, k, v = (dense(x, w(name), 1, cfg) for name in ("wq", "wk", "wv"))
+    q, k, v = (
+        checkpoint_name(dense(x, w(name), 1, cfg), saved)
+        for name, saved in (("wq", "query_proj"), ("wk", "key_proj"), ("wv", "value_proj"))
+    )
     if cfg.kind == "maxtext":
         q, k = rotary(q, positions), rotary(k, positions)
         q, k, v = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"]), rms_norm(v, p["v_norm"])
@@ -338,28 +346,24 @@ def attention_block(p, x, positions, cfg: ModelConfig, attend):
     else:
         o = attend(q, k, v)
     o = constrain(o, BATCH_AXES, None, "tensor", None)
-    out = dense(o, w("wo"), 2, cfg)
+    # Constrained like the layer's residual (MaxText's activation_embed) before it is saved.
+    out = checkpoint_name(constrain(dense(o, w("wo"), 2, cfg), *RESIDUAL), "out_proj")
     if cfg.kind == "gpt3":
         out = out + w("bo")
     return out
 
 
 def mlp_block(p, x, cfg: ModelConfig):
-    h = dense(x, p["wi"].astype(ACT), 1, cfg)
+    h = checkpoint_name(dense(x, p["wi"].astype(ACT), 1, cfg), "mlpwi")
     if cfg.kind != "gpt3":
         h = jax.nn.relu(h)
     else:
         h = jax.nn.gelu(h + p["bi"].astype(ACT))
     h = constrain(h, BATCH_AXES, None, "tensor")
-    out = dense(h, p["wo_mlp"].astype(ACT), 1, cfg)
+    out = checkpoint_name(constrain(dense(h, p["wo_mlp"].astype(ACT), 1, cfg), *RESIDUAL), "mlpwo")
     if cfg.kind == "gpt3":
         out = out + p["bo_mlp"].astype(ACT)
     return out
-
-
-# The residual stream between layers (what full remat saves per layer): batch over (data, fsdp),
-# embed over tensor (MaxText's activation_batch / activation_embed rules).
-RESIDUAL = (BATCH_AXES, None, "tensor")
 
 
 def decoder_layer(x, p, positions, cfg: ModelConfig, attend):
@@ -383,6 +387,15 @@ def embed(params, tokens, iota_embed: bool):
     return jnp.take(emb, tokens, axis=0)
 
 
+# MaxText's remat policies: the named layer outputs kept for the backward pass (all else is
+# recomputed); "full" keeps nothing but the scan carry.
+REMAT_SAVED = {
+    "full": (),
+    "save_dot_except_logits_ffn1": ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"),
+    "save_dot_except_logits": ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi", "mlpwo"),
+}
+
+
 def forward_loss(params, tokens, cfg: ModelConfig, attend, remat: str, iota_embed: bool = False):
     """Mean next-token cross entropy of a [B, S] batch (targets are the inputs shifted)."""
     b, s = tokens.shape
@@ -394,10 +407,9 @@ def forward_loss(params, tokens, cfg: ModelConfig, attend, remat: str, iota_embe
     def body(carry, layer_params):
         return decoder_layer(carry, layer_params, positions, cfg, attend), None
 
-    if remat == "full":
-        body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable, prevent_cse=False)
-    elif remat != "none":
-        raise ValueError(f"unknown remat {remat!r}")
+    if remat != "none":
+        policy = jax.checkpoint_policies.save_only_these_names(*REMAT_SAVED[remat])
+        body = jax.checkpoint(body, policy=policy, prevent_cse=False)
     x, _ = jax.lax.scan(body, x, params["layers"])
 
     if cfg.kind != "gpt3":

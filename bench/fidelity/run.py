@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import pathlib
 import statistics
 import subprocess
@@ -34,7 +35,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import configs  # noqa: E402
-from generate import XLA_DCN_STANDIN  # noqa: E402
+from generate import XLA_STANDIN  # noqa: E402
 from model import maxtext_flops_per_device  # noqa: E402
 
 
@@ -50,20 +51,27 @@ def supports_partition(tpusim: str) -> bool:
     return p.returncode == 0
 
 
-def priced_slices(row: configs.Row, program: str) -> int:
-    """Slices the program was built for: a stand-in DCN degree for XLA programs of runs too large
-    for fake CPU devices (same per-device shapes; see generate.XLA_DCN_STANDIN)."""
-    if program == "xla" and row.id in XLA_DCN_STANDIN:
-        return XLA_DCN_STANDIN[row.id] * row.slices // row.run.dcn_data
-    return row.slices
+def priced_placement(row: configs.Row, program: str) -> tuple[str, int]:
+    """Topology and slices the program is priced on: a stand-in for XLA programs of runs too large
+    for fake CPU devices (same per-device shapes; see generate.XLA_STANDIN)."""
+    if program == "xla" and row.id in XLA_STANDIN:
+        s = XLA_STANDIN[row.id]
+        return s.topology, s.slices
+    return row.topology, row.slices
+
+
+def priced_chips(row: configs.Row, program: str) -> int:
+    topology, slices = priced_placement(row, program)
+    return math.prod(int(d) for d in topology.split("x")) * slices
 
 
 def analyze(tpusim: str, row: configs.Row, program: str, hlo_gz: pathlib.Path, tmp: pathlib.Path,
             extra: list[str]) -> dict:
     plain = tmp / hlo_gz.name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(hlo_gz.read_bytes()))
-    cmd = [tpusim, "analyze", str(plain), "--chip", row.chip, "--topology", row.topology,
-           "--slices", str(priced_slices(row, program)), "--json", *extra]
+    topology, slices = priced_placement(row, program)
+    cmd = [tpusim, "analyze", str(plain), "--chip", row.chip, "--topology", topology,
+           "--slices", str(slices), "--json", *extra]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0
@@ -90,7 +98,7 @@ def xla_cpu_bytes(row_id: str, program: str) -> int | None:
             - m["alias_size_in_bytes"])
 
 
-def evaluate(row: configs.Row, res: dict, slices: int, program: str, peak: float) -> dict:
+def evaluate(row: configs.Row, res: dict, program: str, peak: float) -> dict:
     run = row.run
     flops = maxtext_flops_per_device(run, row.causal_attention_flops)
     tokens = run.per_device_batch * run.seq
@@ -121,8 +129,9 @@ def evaluate(row: configs.Row, res: dict, slices: int, program: str, peak: float
         "exposed_communication_s": res.get("exposed_communication_s"),
         "devices_in_program": res.get("devices"),
         "tpusim_s": res["tpusim_s"],
-        "priced_slices": slices,
-        "slices": row.slices,
+        "priced_on": "{}x{}".format(*priced_placement(row, program)),
+        "runs_on": f"{row.topology}x{row.slices}",
+        "priced_chips": priced_chips(row, program),
     }
 
 
@@ -160,12 +169,13 @@ def fmt_table(results: list[dict], failures: list[tuple[str, str]], program: str
         lines.append(f"fit in HBM: {fits} of {len(results)}")
     for r in results:
         devices = r["devices_in_program"]
-        if devices is not None and devices * r["slices"] < r["chips"] * r["priced_slices"]:
-            lines.append(f"warning: {r['id']}: tpusim priced a program of {devices} device(s) for {r['chips']} chips "
-                         f"(a pre-partition program priced without partitioning?)")
-        if r["priced_slices"] != r["slices"]:
-            lines.append(f"assumption: {r['id']} priced as {r['priced_slices']} slices instead of {r['slices']} "
-                         f"(XLA's program compiled at that data-parallel degree; same per-device shapes)")
+        if devices is not None and devices < r["priced_chips"]:
+            lines.append(f"warning: {r['id']}: tpusim priced a program of {devices} device(s) for {r['priced_chips']} "
+                         f"chips (a pre-partition program priced without partitioning?)")
+        if r["priced_on"] != r["runs_on"]:
+            lines.append(f"assumption: {r['id']} priced on {r['priced_chips']} chips (topology x slices "
+                         f"{r['priced_on']}, not {r['runs_on']}): XLA's program compiled at a smaller "
+                         f"data-parallel degree, same per-device shapes")
     for row_id, why in failures:
         lines.append(f"not priced: {row_id}: {why}")
     return "\n".join(lines)
@@ -200,7 +210,7 @@ def main() -> None:
             if "error" in res:
                 failures.append((row.id, f"tpusim failed: {res['error']}"))
                 continue
-            results.append(evaluate(row, res, priced_slices(row, program), program, peaks[row.chip]))
+            results.append(evaluate(row, res, program, peaks[row.chip]))
     print(fmt_table(results, failures, program, a.markdown))
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps({"program": program, "rows": results,
