@@ -129,8 +129,8 @@ def evaluate(row: configs.Row, res: dict, program: str, peak: float) -> dict:
         "exposed_communication_s": res.get("exposed_communication_s"),
         "devices_in_program": res.get("devices"),
         "tpusim_s": res["tpusim_s"],
-        "priced_on": "{}x{}".format(*priced_placement(row, program)),
-        "runs_on": f"{row.topology}x{row.slices}",
+        "priced_on": "{} x {} slice(s)".format(*priced_placement(row, program)),
+        "runs_on": f"{row.topology} x {row.slices} slice(s)",
         "priced_chips": priced_chips(row, program),
     }
 
@@ -173,9 +173,9 @@ def fmt_table(results: list[dict], failures: list[tuple[str, str]], program: str
             lines.append(f"warning: {r['id']}: tpusim priced a program of {devices} device(s) for {r['priced_chips']} "
                          f"chips (a pre-partition program priced without partitioning?)")
         if r["priced_on"] != r["runs_on"]:
-            lines.append(f"assumption: {r['id']} priced on {r['priced_chips']} chips (topology x slices "
-                         f"{r['priced_on']}, not {r['runs_on']}): XLA's program compiled at a smaller "
-                         f"data-parallel degree, same per-device shapes")
+            lines.append(f"assumption: {r['id']} priced on {r['priced_chips']} chips ({r['priced_on']}, not "
+                         f"{r['runs_on']}): XLA's program compiled at a smaller data-parallel degree, "
+                         f"same per-device shapes")
     for row_id, why in failures:
         lines.append(f"not priced: {row_id}: {why}")
     return "\n".join(lines)
