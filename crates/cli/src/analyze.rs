@@ -19,6 +19,41 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     pod: PodArgs,
+    #[command(flatten)]
+    compile: CompileArgs,
+}
+
+/// Whether the TPU compiler passes run before pricing (shared by `analyze`, `trace`).
+#[derive(clap::Args, Default)]
+pub struct CompileArgs {
+    /// Price the module untouched (it is already what XLA:TPU compiled): no
+    /// fusion, combining, async conversion or scheduling by tpusim
+    #[arg(long)]
+    as_given: bool,
+    /// Reschedule a module that is already scheduled (is_scheduled=true)
+    #[arg(long, conflicts_with = "as_given")]
+    reschedule: bool,
+}
+
+impl CompileArgs {
+    /// Compiles (unless --as-given) and analyzes `m`.
+    pub fn analyze(
+        &self,
+        m: &tpusim_hlo::Module,
+        chip: &tpusim_arch::Chip,
+        comm: &dyn tpusim_perf::CommModel,
+    ) -> Result<(tpusim_compile::Prepared, Analysis)> {
+        let mode = if self.as_given {
+            tpusim_compile::Mode::AsGiven
+        } else {
+            tpusim_compile::Mode::Compile
+        };
+        let opts = tpusim_compile::CompileOptions {
+            reschedule: self.reschedule,
+            ..Default::default()
+        };
+        Ok(tpusim_compile::analyze(m, chip, comm, mode, &opts)?)
+    }
 }
 
 /// The chip to simulate (shared by `analyze` and `trace`).
@@ -116,12 +151,15 @@ pub fn run(args: &Args) -> Result<bool> {
         modules
             .iter()
             .zip(&models)
-            .map(|((m, _), model)| match model {
-                Some(pod) => tpusim_perf::analyze_with(m, &chip, pod),
-                None => tpusim_perf::analyze_with(m, &chip, &LocalOnly),
+            .map(|((m, _), model)| {
+                let comm: &dyn tpusim_perf::CommModel = match model {
+                    Some(pod) => pod,
+                    None => &LocalOnly,
+                };
+                args.compile.analyze(m, &chip, comm).map(|(_, a)| a)
             })
-            .collect()
-    });
+            .collect::<Result<_>>()
+    })?;
     if args.json {
         let text = match analyses.as_slice() {
             [one] => serde_json::to_string_pretty(one)?,

@@ -3,7 +3,7 @@
 //! self-contained report) and `plugins/profile/<run>/<host>.xplane.pb`, the
 //! XSpace that `xprof --logdir DIR` reads.
 
-use crate::analyze::{ChipArgs, PodArgs};
+use crate::analyze::{ChipArgs, CompileArgs, PodArgs};
 use crate::input;
 use crate::out;
 use anyhow::Result;
@@ -22,6 +22,8 @@ pub struct Args {
     out: PathBuf,
     #[command(flatten)]
     pod: PodArgs,
+    #[command(flatten)]
+    compile: CompileArgs,
 }
 
 pub fn run(args: &Args) -> Result<bool> {
@@ -40,8 +42,8 @@ pub fn run(args: &Args) -> Result<bool> {
             None => &LocalOnly,
         };
         let views = crate::progress::with_spinner("simulating", || -> Result<Views> {
-            let analysis = tpusim_perf::analyze_with(m, &chip, comm);
-            write_views(m, &chip, &analysis, comm, &dir)
+            let (prepared, analysis) = args.compile.analyze(m, &chip, comm)?;
+            write_views(&prepared.module, &chip, &analysis, comm, &dir)
         })?;
         print_views(&views, &dir);
     }
