@@ -7,7 +7,7 @@ use crate::util::{
     all_names, control_computations, fresh_name, push_instr, replace_uses, topo_sort,
 };
 use crate::Changed;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_arch::CompilerConfig;
 use tpusim_hlo::{AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape};
 
@@ -15,8 +15,10 @@ use tpusim_hlo::{AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape}
 pub fn combine_collectives(m: &mut Module, cfg: &CompilerConfig) -> Changed {
     let mut before = 0;
     let mut after = 0;
+    // Built on the first merge: most computations have nothing to combine.
+    let mut names: Option<FxHashSet<String>> = None;
     for c in control_computations(m) {
-        let (b, a) = combine_in(m, c, cfg);
+        let (b, a) = combine_in(m, c, cfg, &mut names);
         before += b;
         after += a;
     }
@@ -60,7 +62,12 @@ struct Group {
 }
 
 /// Returns (collectives before, after) in computation `c`.
-fn combine_in(m: &mut Module, c: CompId, cfg: &CompilerConfig) -> (usize, usize) {
+fn combine_in(
+    m: &mut Module,
+    c: CompId,
+    cfg: &CompilerConfig,
+    names: &mut Option<FxHashSet<String>>,
+) -> (usize, usize) {
     // dep[i]: the highest group any ancestor of i belongs to (0: none). A
     // candidate joins a group only if it depends on no group at or above it,
     // so combined collectives depend only on lower groups: no cycles.
@@ -119,10 +126,10 @@ fn combine_in(m: &mut Module, c: CompId, cfg: &CompilerConfig) -> (usize, usize)
         grp.bytes += bytes;
         member_of.insert(i, g);
     }
-    let mut names = all_names(m);
     let mut changed = false;
     for grp in groups.iter().filter(|g| g.members.len() > 1) {
-        merge(m, c, &grp.members, &mut names);
+        let names = names.get_or_insert_with(|| all_names(m));
+        merge(m, c, &grp.members, names);
         changed = true;
     }
     if changed {
@@ -135,12 +142,7 @@ fn combine_in(m: &mut Module, c: CompId, cfg: &CompilerConfig) -> (usize, usize)
 }
 
 /// Replaces `members` by one variadic collective and a get-tuple-element per member.
-fn merge(
-    m: &mut Module,
-    c: CompId,
-    members: &[InstrId],
-    names: &mut rustc_hash::FxHashSet<String>,
-) {
+fn merge(m: &mut Module, c: CompId, members: &[InstrId], names: &mut FxHashSet<String>) {
     let first = m.instr(members[0]).clone();
     let operands: Vec<InstrId> = members.iter().map(|&i| m.instr(i).operands[0]).collect();
     let shapes: Vec<Shape> = members.iter().map(|&i| m.instr(i).shape.clone()).collect();
