@@ -186,12 +186,27 @@ pub fn compile(
             .iter()
             .any(|i| i.opcode == tpusim_hlo::Opcode::Fusion);
     p.run("while-loop-trip-count-annotator", annotate_trip_counts)?;
-    if scheduled && !opts.reschedule {
+    // XLA:TPU makes every collective asynchronous, so a scheduled module with
+    // synchronous ones was scheduled by another backend (XLA:CPU): its
+    // schedule is not the one a TPU runs.
+    let foreign = scheduled && has_synchronous_collectives(p.m);
+    if scheduled && !opts.reschedule && !foreign {
         p.skip(
             "collective passes",
             "the module is already scheduled (is_scheduled=true): its program is kept",
         );
         return Ok(p.report);
+    }
+    if foreign && !opts.reschedule {
+        p.report.passes.push(PassRecord {
+            pass: "backend-check".to_string(),
+            change: Some(
+                "scheduled module with synchronous collectives (not an XLA:TPU program, e.g. \
+                 XLA:CPU): collectives recompiled and the module rescheduled"
+                    .to_string(),
+            ),
+            skipped: None,
+        });
     }
     p.run("reduce-scatter-creator", all_reduce_to_reduce_scatter)?;
     p.run("dce", dead_code_elimination)?;
@@ -225,6 +240,19 @@ pub fn compile(
         latency_hiding_schedule(m, chip, comm, &limits)
     })?;
     Ok(p.report)
+}
+
+/// Whether a computation runs a collective synchronously.
+fn has_synchronous_collectives(m: &Module) -> bool {
+    use tpusim_hlo::Opcode::*;
+    m.comps.iter().filter(|c| !c.is_async_sugar).any(|c| {
+        c.instrs.iter().any(|&i| {
+            matches!(
+                m.instr(i).opcode,
+                AllReduce | AllGather | ReduceScatter | CollectivePermute | AllToAll
+            )
+        })
+    })
 }
 
 /// How a program is priced: compiled for the chip (the default), or as given.

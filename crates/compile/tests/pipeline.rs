@@ -245,3 +245,36 @@ fn pipeline_keeps_every_corpus_module_valid() {
     }
     assert!(compiled > 20, "only {compiled} corpus modules compiled");
 }
+
+/// An XLA:CPU-compiled module is scheduled, but with synchronous collectives
+/// no TPU program has: the pipeline recompiles it. Without collectives, a
+/// scheduled module keeps its program.
+#[test]
+fn scheduled_cpu_programs_with_sync_collectives_are_recompiled() {
+    let chip = v5e();
+    let opts = CompileOptions::default();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/corpus/jax_generated");
+    let text = std::fs::read_to_string(dir.join("transformer_train_step_sharded.compiled.hlo"))
+        .expect("corpus");
+    let mut m = parse(&text);
+    assert_eq!(m.config.is_scheduled, Some(true));
+    let report = compile(&mut m, &chip, &LocalOnly, &opts).expect("compiles");
+    assert!(
+        report.passes.iter().any(|p| p.pass == "backend-check"),
+        "{:?}",
+        report.passes
+    );
+    assert_eq!(
+        count(&m, Opcode::AllReduce) + count(&m, Opcode::AllGather),
+        0
+    );
+    verify(&m).expect("valid");
+
+    let text = std::fs::read_to_string(dir.join("mlp_grad.compiled.hlo")).expect("corpus");
+    let mut m = parse(&text);
+    let before = tpusim_hlo::print_module(&m);
+    let report = compile(&mut m, &chip, &LocalOnly, &opts).expect("compiles");
+    assert!(report.passes.iter().any(|p| p.skipped.is_some()));
+    assert_eq!(tpusim_hlo::print_module(&m), before);
+}
