@@ -278,3 +278,48 @@ fn scheduled_cpu_programs_with_sync_collectives_are_recompiled() {
     assert!(report.passes.iter().any(|p| p.skipped.is_some()));
     assert_eq!(tpusim_hlo::print_module(&m), before);
 }
+
+/// An async reduce-scatter (an `async-start` whose start also carries the
+/// reducer) is priced on the pod as an overlappable reduce-scatter.
+#[test]
+fn async_reduce_scatter_is_priced_as_an_async_collective() {
+    let text = r#"
+HloModule rs, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[1024,1024] parameter(0)
+  w = f32[1024,1024] parameter(1)
+  rs = f32[256,1024] reduce-scatter(p), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=add
+  d = f32[1024,1024] dot(w, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (f32[256,1024], f32[1024,1024]) tuple(rs, d)
+}
+"#;
+    let m = parse(text);
+    let chip = tpusim_arch::by_id("v5p").expect("builtin chip");
+    let pod = tpusim_pod::PodOptions::default()
+        .model_for(&chip, &m)
+        .expect("pod")
+        .expect("a sharded module gets a pod");
+    let (_, a) = tpusim_compile::analyze(
+        &m,
+        &chip,
+        &pod,
+        tpusim_compile::Mode::Compile,
+        &CompileOptions::default(),
+    )
+    .expect("compiles");
+    let rs = a
+        .communication
+        .collectives
+        .iter()
+        .find(|c| c.kind == "reduce-scatter")
+        .expect("the reduce-scatter is priced as a collective");
+    assert!(rs.is_async, "{rs:?}");
+    assert!(rs.exposed_s < rs.time_s, "{rs:?}");
+}
