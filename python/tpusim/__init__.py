@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 # Keyword options of `analyze` and `trace` besides `chip` and `topology`.
-_OPTIONS = frozenset({"chip_file", "slices", "network", "device_order"})
+_OPTIONS = frozenset({"chip_file", "slices", "network", "device_order", "as_given"})
 
 
 def _native_options(what: str, chip: str, topology: Optional[str], options: Dict[str, Any]) -> Dict[str, Any]:
@@ -78,6 +78,8 @@ def _native_options(what: str, chip: str, topology: Optional[str], options: Dict
         "slices": slices,
         "network": network,
         "device_order": None if device_order is None else os.fspath(device_order),
+        # True: price the module untouched (no TPU compiler passes), as `--as-given`.
+        "as_given": bool(options.get("as_given", False)),
     }
 
 
@@ -90,7 +92,9 @@ def analyze(x: Any, chip: str = "v5e", topology: Optional[str] = None, **options
     (a chip described in TOML, used instead of ``chip``), ``slices`` (slices
     joined over DCN), ``network`` (``"analytic"`` formulas or ``"sim"``, a
     simulation of every link), ``device_order`` (a file placing device ids on the
-    torus). Pods that cannot be built raise :class:`TopologyError`.
+    torus), ``as_given`` (price the module untouched instead of the program
+    tpusim's TPU compiler passes make of it). Pods that cannot be built raise
+    :class:`TopologyError`.
     """
     native = _native_options("analyze", chip, topology, options)
     text, name = hlo_text(x)

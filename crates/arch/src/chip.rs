@@ -59,6 +59,26 @@ pub struct Chip {
     pub ici: Interconnect,
     /// Host and data-centre network links, per chip.
     pub host: HostLinks,
+    /// Settings of the XLA compiler passes tpusim runs for this chip
+    /// (combiner thresholds, scheduler limits); absent: those passes are off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiler: Option<CompilerConfig>,
+}
+
+/// Compiler pass settings for one chip (see `tpusim-compile`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompilerConfig {
+    /// Largest combined all-reduce, bytes.
+    pub all_reduce_combine_threshold_bytes: u64,
+    /// Largest combined all-gather, bytes.
+    pub all_gather_combine_threshold_bytes: u64,
+    /// Largest combined reduce-scatter, bytes.
+    pub reduce_scatter_combine_threshold_bytes: u64,
+    /// Most collectives merged into one.
+    pub combine_max_count: u32,
+    /// Async collectives of one kind in flight at once (latency-hiding scheduler).
+    pub collective_overlap_limit: u32,
 }
 
 /// The TensorCores behind one TPU device.

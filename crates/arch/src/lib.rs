@@ -36,8 +36,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 pub use chip::{
-    Chip, ChipKind, GpuCores, HostLinks, Interconnect, MatmulPeaks, Memory, TensorCoreTiming,
-    Topology, TpuCores, VectorUnit, Wraparound,
+    Chip, ChipKind, CompilerConfig, GpuCores, HostLinks, Interconnect, MatmulPeaks, Memory,
+    TensorCoreTiming, Topology, TpuCores, VectorUnit, Wraparound,
 };
 pub use dtype::{MatmulDtype, UnknownDtype};
 pub use error::{ArchError, Location};

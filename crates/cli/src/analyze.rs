@@ -23,6 +23,41 @@ pub struct Args {
     /// fill/drain cycles, DMA bytes per tile, the bound of each phase)
     #[arg(long, value_name = "OP")]
     explain: Option<String>,
+    #[command(flatten)]
+    compile: CompileArgs,
+}
+
+/// Whether the TPU compiler passes run before pricing (shared by `analyze`, `trace`).
+#[derive(clap::Args, Default)]
+pub struct CompileArgs {
+    /// Price the module untouched (it is already what XLA:TPU compiled): no
+    /// fusion, combining, async conversion or scheduling by tpusim
+    #[arg(long)]
+    as_given: bool,
+    /// Reschedule a module that is already scheduled (is_scheduled=true)
+    #[arg(long, conflicts_with = "as_given")]
+    reschedule: bool,
+}
+
+impl CompileArgs {
+    /// Compiles (unless --as-given) and analyzes `m`.
+    pub fn analyze(
+        &self,
+        m: &tpusim_hlo::Module,
+        chip: &tpusim_arch::Chip,
+        comm: &dyn tpusim_perf::CommModel,
+    ) -> Result<(tpusim_compile::Prepared, Analysis)> {
+        let mode = if self.as_given {
+            tpusim_compile::Mode::AsGiven
+        } else {
+            tpusim_compile::Mode::Compile
+        };
+        let opts = tpusim_compile::CompileOptions {
+            reschedule: self.reschedule,
+            ..Default::default()
+        };
+        Ok(tpusim_compile::analyze(m, chip, comm, mode, &opts)?)
+    }
 }
 
 /// The chip to simulate (shared by `analyze` and `trace`).
@@ -117,16 +152,21 @@ pub fn run(args: &Args) -> Result<bool> {
     for (m, _) in &modules {
         models.push(args.pod.model(&chip, m)?);
     }
-    let analyses: Vec<Analysis> = crate::progress::with_spinner("simulating", || {
-        modules
-            .iter()
-            .zip(&models)
-            .map(|((m, _), model)| match model {
-                Some(pod) => tpusim_perf::analyze_with(m, &chip, pod),
-                None => tpusim_perf::analyze_with(m, &chip, &LocalOnly),
-            })
-            .collect()
-    });
+    let priced: Vec<(tpusim_compile::Prepared, Analysis)> =
+        crate::progress::with_spinner("simulating", || {
+            modules
+                .iter()
+                .zip(&models)
+                .map(|((m, _), model)| {
+                    let comm: &dyn tpusim_perf::CommModel = match model {
+                        Some(pod) => pod,
+                        None => &LocalOnly,
+                    };
+                    args.compile.analyze(m, &chip, comm)
+                })
+                .collect::<Result<_>>()
+        })?;
+    let analyses: Vec<&Analysis> = priced.iter().map(|(_, a)| a).collect();
     if args.json {
         let text = match analyses.as_slice() {
             [one] => serde_json::to_string_pretty(one)?,
@@ -143,8 +183,9 @@ pub fn run(args: &Args) -> Result<bool> {
     }
     if let Some(op) = &args.explain {
         let mut found = false;
-        for (m, _) in &modules {
-            let timed = tpusim_perf::timed_module(m);
+        // The op as priced: in the program tpusim's compiler made (or the input with --as-given).
+        for (prepared, _) in &priced {
+            let timed = tpusim_perf::timed_module(&prepared.module);
             if let Some(lines) = tpusim_perf::tensorcore::explain_op(timed.module(), &chip, op) {
                 found = true;
                 out::line("");

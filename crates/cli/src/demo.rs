@@ -46,8 +46,11 @@ pub struct Args {
     /// Which embedded program to simulate
     #[arg(long, value_enum, default_value = "llama3-8b")]
     model: Model,
-    /// Chip to simulate (see `tpusim chips`)
-    #[arg(long, default_value = "v5e")]
+    /// Chip to simulate (see `tpusim chips`). The default Llama 3.1 8B step
+    /// (batch 2 × 8192 tokens per device, FSDP over 8 chips, no
+    /// rematerialization) needs ~83 GiB per device once compiled: it fits a
+    /// v5p (95 GB), not a 16 GB v5e
+    #[arg(long, default_value = "v5p")]
     chip: String,
     /// Where to write the analysis as JSON
     #[arg(long, value_name = "PATH", default_value = "tpusim-demo.json")]
@@ -58,6 +61,8 @@ pub struct Args {
     /// How many of the largest tensors to list
     #[arg(long, default_value_t = 5)]
     top: usize,
+    #[command(flatten)]
+    compile: crate::analyze::CompileArgs,
 }
 
 pub fn run(args: &Args) -> Result<bool> {
@@ -78,8 +83,9 @@ pub fn run(args: &Args) -> Result<bool> {
         Some(p) => p,
         None => &tpusim_perf::LocalOnly,
     };
-    let analysis =
-        crate::progress::with_spinner("simulating", || tpusim_perf::analyze_with(&m, &chip, comm));
+    let (prepared, analysis) = crate::progress::with_spinner("compiling and simulating", || {
+        args.compile.analyze(&m, &chip, comm)
+    })?;
     crate::analyze::report(&analysis, &chip.name);
     std::fs::write(
         &args.json_out,
@@ -87,7 +93,7 @@ pub fn run(args: &Args) -> Result<bool> {
     )
     .with_context(|| format!("cannot write {}", args.json_out))?;
     out::line(format_args!(
-        "\nanalysis written to {} (schema in README.md); try --chip v6e or --model mixtral-8x7b",
+        "\nanalysis written to {} (schema in README.md); try --chip v6e, --as-given or --model mixtral-8x7b",
         args.json_out
     ));
     out::line("\nprofiler views of the simulated step:");
@@ -97,7 +103,14 @@ pub fn run(args: &Args) -> Result<bool> {
         existing: tpusim_trace::Existing::Replace,
         timestamp: false,
     };
-    let views = tpusim_views::write_views(&m, &chip, &analysis, comm, &args.out_dir, &opts)?;
+    let views = tpusim_views::write_views(
+        &prepared.module,
+        &chip,
+        &analysis,
+        comm,
+        &args.out_dir,
+        &opts,
+    )?;
     crate::trace::print_views(&views, &args.out_dir);
     Ok(true)
 }

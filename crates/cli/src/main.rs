@@ -6,6 +6,7 @@
 mod analyze;
 mod check;
 mod chips;
+mod compile;
 mod demo;
 mod fmt;
 mod input;
@@ -44,6 +45,8 @@ enum Cmd {
     Demo(demo::Args),
     /// List the hardware database (TPU generations and GPUs)
     Chips(chips::Args),
+    /// Print the program XLA:TPU would run: tpusim's compiler passes over the module
+    Compile(compile::Args),
     /// Predict the step time of a module on one device of a chip (roofline per op)
     Analyze(analyze::Args),
     /// Execute a module with the reference interpreter on its devices (global npz in, npz out)
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Cmd::Demo(args) => demo::run(&args),
         Cmd::Chips(args) => chips::run(&args),
         Cmd::Analyze(args) => analyze::run(&args),
+        Cmd::Compile(args) => compile::run(&args),
         Cmd::Run(args) => run::run(&args),
         Cmd::Profile(args) => profile::run(&args),
         Cmd::Trace(args) => trace::run(&args),

@@ -3,7 +3,7 @@
 //! self-contained report) and `plugins/profile/<run>/<host>.xplane.pb`, the
 //! XSpace that `xprof --logdir DIR` reads.
 
-use crate::analyze::{ChipArgs, PodArgs};
+use crate::analyze::{ChipArgs, CompileArgs, PodArgs};
 use crate::input;
 use crate::out;
 use anyhow::Result;
@@ -32,6 +32,8 @@ pub struct Args {
     /// on every run, in `plugins/profile/tpusim/`)
     #[arg(long)]
     timestamp: bool,
+    #[command(flatten)]
+    compile: CompileArgs,
 }
 
 pub fn run(args: &Args) -> Result<bool> {
@@ -61,9 +63,14 @@ pub fn run(args: &Args) -> Result<bool> {
             None => &LocalOnly,
         };
         let views = crate::progress::with_spinner("simulating", || -> Result<Views> {
-            let analysis = tpusim_perf::analyze_with(m, &chip, comm);
+            let (prepared, analysis) = args.compile.analyze(m, &chip, comm)?;
             Ok(tpusim_views::write_views(
-                m, &chip, &analysis, comm, &dir, &opts,
+                &prepared.module,
+                &chip,
+                &analysis,
+                comm,
+                &dir,
+                &opts,
             )?)
         })?;
         print_views(&views, &dir);

@@ -157,7 +157,11 @@ pub fn devices_used(m: &Module) -> u64 {
 pub fn resolve(m: &Module, id: InstrId) -> Option<(InstrId, CollectiveKind)> {
     let ins = m.instr(id);
     if ins.opcode == Opcode::AsyncStart {
-        let c = ins.called_computations().into_iter().next()?;
+        // `calls` names the wrapped op; `X-start` sugar also carries X's own
+        // computations (a reduce-scatter's `to_apply`) on the start.
+        let c = ins
+            .attr_comp("calls")
+            .or_else(|| ins.called_computations().into_iter().next())?;
         let root = m.comp(c).root;
         return kind_of(m.instr(root).opcode).map(|k| (root, k));
     }

@@ -115,6 +115,12 @@ impl From<tpusim_views::ViewsError> for BindError {
     }
 }
 
+impl From<tpusim_compile::CompileError> for BindError {
+    fn from(e: tpusim_compile::CompileError) -> BindError {
+        BindError::Internal(e.to_string())
+    }
+}
+
 impl From<tpusim_trace::TraceError> for BindError {
     fn from(e: tpusim_trace::TraceError) -> BindError {
         BindError::Other(e.to_string())

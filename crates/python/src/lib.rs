@@ -58,6 +58,27 @@ fn chip(id: Option<&str>, file: Option<&str>) -> Result<tpusim_arch::Chip, BindE
     })
 }
 
+/// The library path the CLI takes: TPU compiler passes (unless `as_given`), then the analysis.
+fn compiled_analysis(
+    module: &tpusim_hlo::Module,
+    chip: &tpusim_arch::Chip,
+    comm: &dyn tpusim_perf::CommModel,
+    as_given: bool,
+) -> Result<(tpusim_compile::Prepared, tpusim_perf::Analysis), BindError> {
+    let mode = if as_given {
+        tpusim_compile::Mode::AsGiven
+    } else {
+        tpusim_compile::Mode::Compile
+    };
+    Ok(tpusim_compile::analyze(
+        module,
+        chip,
+        comm,
+        mode,
+        &tpusim_compile::CompileOptions::default(),
+    )?)
+}
+
 fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, BindError> {
     serde_json::to_string_pretty(value)
         .map_err(|e| BindError::Internal(format!("{what} to JSON: {e}")))
@@ -69,7 +90,7 @@ fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, BindErr
 #[pyfunction]
 #[pyo3(signature = (
     text, name, chip_id=None, chip_file=None,
-    topology=None, slices=1, network=None, device_order=None,
+    topology=None, slices=1, network=None, device_order=None, as_given=false,
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `tpusim.analyze`
 fn analyze_json(
@@ -82,6 +103,7 @@ fn analyze_json(
     slices: u32,
     network: Option<String>,
     device_order: Option<String>,
+    as_given: bool,
 ) -> PyResult<String> {
     let pod_args = PodArgs {
         topology,
@@ -93,7 +115,7 @@ fn analyze_json(
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "analyze")?;
         let pod = pod_args.model(&chip, &module)?;
-        let analysis = tpusim_perf::analyze_with(&module, &chip, pod::comm(&pod));
+        let (_, analysis) = compiled_analysis(&module, &chip, pod::comm(&pod), as_given)?;
         to_json(&analysis, "analysis")
     })?)
 }
@@ -104,7 +126,7 @@ fn analyze_json(
 #[pyfunction]
 #[pyo3(signature = (
     text, name, dir, chip_id=None, chip_file=None,
-    topology=None, slices=1, network=None, device_order=None,
+    topology=None, slices=1, network=None, device_order=None, as_given=false,
     force=false, timestamp=false,
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `tpusim.trace`
@@ -119,6 +141,7 @@ fn trace_views(
     slices: u32,
     network: Option<String>,
     device_order: Option<String>,
+    as_given: bool,
     force: bool,
     timestamp: bool,
 ) -> PyResult<(String, String, String)> {
@@ -133,7 +156,7 @@ fn trace_views(
         let module = load::one_module(&name, &text, "trace")?;
         let pod = pod_args.model(&chip, &module)?;
         let comm = pod::comm(&pod);
-        let analysis = tpusim_perf::analyze_with(&module, &chip, comm);
+        let (prepared, analysis) = compiled_analysis(&module, &chip, comm, as_given)?;
         let opts = tpusim_views::ViewsOptions {
             generator: format!("tpusim {} (Python)", env!("CARGO_PKG_VERSION")),
             existing: if force {
@@ -144,7 +167,8 @@ fn trace_views(
             timestamp,
         };
         let dir = std::path::Path::new(&dir);
-        let views = tpusim_views::write_views(&module, &chip, &analysis, comm, dir, &opts)?;
+        let views =
+            tpusim_views::write_views(&prepared.module, &chip, &analysis, comm, dir, &opts)?;
         let text = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
         Ok((text(views.trace), text(views.report), text(views.xspace)))
     })?)

@@ -1,0 +1,121 @@
+//! Housekeeping passes: dead-code elimination, arena compaction, and the
+//! while-loop trip-count annotation XLA attaches before fusion.
+
+use crate::util::{control_computations, predecessors};
+use crate::Changed;
+use rustc_hash::FxHashSet;
+use tpusim_hlo::analysis::{while_trip_count, TripCount};
+use tpusim_hlo::{Attr, AttrValue, InstrId, Module, OpCategory, Opcode};
+
+/// Ops that must stay even when nothing uses their result.
+fn has_side_effects(op: Opcode) -> bool {
+    matches!(
+        op.category(),
+        OpCategory::Collective | OpCategory::Io | OpCategory::Async
+    ) || matches!(
+        op,
+        Opcode::CustomCall
+            | Opcode::Parameter
+            | Opcode::Rng
+            | Opcode::RngGetAndUpdateState
+            | Opcode::While
+            | Opcode::Conditional
+            | Opcode::Call
+            | Opcode::CopyStart
+            | Opcode::CopyDone
+    )
+}
+
+/// Removes unused instructions without side effects from control computations.
+pub fn dead_code_elimination(m: &mut Module) -> Changed {
+    let mut removed = 0;
+    for c in control_computations(m) {
+        let comp = m.comp(c);
+        let mut live: FxHashSet<InstrId> = FxHashSet::default();
+        let mut stack = vec![comp.root];
+        stack.extend(
+            comp.instrs
+                .iter()
+                .copied()
+                .filter(|&i| has_side_effects(m.instr(i).opcode)),
+        );
+        while let Some(i) = stack.pop() {
+            if live.insert(i) {
+                stack.extend(predecessors(m, i));
+            }
+        }
+        let before = comp.instrs.len();
+        m.comps[c.index()].instrs.retain(|i| live.contains(i));
+        removed += before - m.comp(c).instrs.len();
+    }
+    Changed::count(removed, |n| format!("{n} dead instructions removed"))
+}
+
+/// Drops arena instructions no computation lists (left by rewrites) and
+/// renumbers ids, so consumers that scan the arena see only the program.
+pub fn compact(m: &mut Module) {
+    let mut keep = vec![false; m.instrs.len()];
+    for c in &m.comps {
+        for &i in &c.instrs {
+            keep[i.index()] = true;
+        }
+    }
+    if keep.iter().all(|&k| k) {
+        return;
+    }
+    let mut remap = vec![u32::MAX; m.instrs.len()];
+    let mut next = 0u32;
+    for (k, &kept) in keep.iter().enumerate() {
+        if kept {
+            remap[k] = next;
+            next += 1;
+        }
+    }
+    let map = |i: &mut InstrId| {
+        if let Some(&r) = remap.get(i.index()).filter(|&&r| r != u32::MAX) {
+            *i = InstrId(r);
+        }
+    };
+    let old = std::mem::take(&mut m.instrs);
+    for (k, mut ins) in old.into_iter().enumerate() {
+        if !keep[k] {
+            continue;
+        }
+        ins.operands.iter_mut().for_each(map);
+        for a in &mut ins.attrs {
+            if let AttrValue::Instrs(v) = &mut a.value {
+                v.iter_mut().for_each(map);
+            }
+        }
+        m.instrs.push(ins);
+    }
+    for c in &mut m.comps {
+        c.instrs.iter_mut().for_each(map);
+        c.params.iter_mut().for_each(map);
+        map(&mut c.root);
+    }
+}
+
+/// Records each loop's trip count in its backend_config as XLA's
+/// WhileLoopTripCountAnnotator does, so it survives fusing the condition.
+pub fn annotate_trip_counts(m: &mut Module) -> Changed {
+    let loops: Vec<InstrId> = (0..m.instrs.len() as u32)
+        .map(InstrId)
+        .filter(|&i| {
+            m.instr(i).opcode == Opcode::While && m.instr(i).attr("backend_config").is_none()
+        })
+        .collect();
+    let mut annotated = 0;
+    for w in loops {
+        if let TripCount::Inferred(n) = while_trip_count(m, w) {
+            let attrs = &mut m.instrs[w.index()].attrs;
+            attrs.push(Attr {
+                name: "backend_config".into(),
+                value: AttrValue::Str(format!("{{\"known_trip_count\":{{\"n\":\"{n}\"}}}}")),
+            });
+            crate::util::sort_attrs(attrs);
+            annotated += 1;
+        }
+    }
+    Changed::count(annotated, |n| format!("{n} loop trip counts recorded"))
+}

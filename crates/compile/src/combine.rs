@@ -1,0 +1,190 @@
+//! Collective combiners (XLA's AllReduceCombiner, AllGatherCombiner,
+//! ReduceScatterCombiner): independent collectives of the same kind, groups
+//! and reducer are merged into one variadic collective of at most the chip's
+//! threshold bytes, so many small transfers pay one latency.
+
+use crate::util::{
+    all_names, control_computations, fresh_name, push_instr, replace_uses, topo_sort,
+};
+use crate::Changed;
+use rustc_hash::{FxHashMap, FxHashSet};
+use tpusim_arch::CompilerConfig;
+use tpusim_hlo::{AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape};
+
+/// Combines all-reduces, all-gathers and reduce-scatters under `cfg`'s thresholds.
+pub fn combine_collectives(m: &mut Module, cfg: &CompilerConfig) -> Changed {
+    let mut before = 0;
+    let mut after = 0;
+    // Built on the first merge: most computations have nothing to combine.
+    let mut names: Option<FxHashSet<String>> = None;
+    for c in control_computations(m) {
+        let (b, a) = combine_in(m, c, cfg, &mut names);
+        before += b;
+        after += a;
+    }
+    if before == after {
+        return Changed::No;
+    }
+    Changed::Yes(format!("{before} collectives combined into {after}"))
+}
+
+fn threshold(cfg: &CompilerConfig, op: Opcode) -> u64 {
+    match op {
+        Opcode::AllReduce => cfg.all_reduce_combine_threshold_bytes,
+        Opcode::AllGather => cfg.all_gather_combine_threshold_bytes,
+        _ => cfg.reduce_scatter_combine_threshold_bytes,
+    }
+}
+
+/// What must agree for two collectives to be merged: opcode, every attribute
+/// but metadata and channel id, and the reducer's text (types included).
+fn key(m: &Module, ins: &Instruction) -> String {
+    let mut k = format!("{:?}", ins.opcode);
+    for a in &ins.attrs {
+        match (a.name.as_ref(), &a.value) {
+            ("metadata" | "channel_id" | "frontend_attributes" | "sharding", _) => {}
+            (_, AttrValue::Comp(r)) => {
+                let comp = m.comp(*r);
+                for &i in &comp.instrs {
+                    let x = m.instr(i);
+                    k.push_str(&format!("|{:?}{}", x.opcode, x.shape));
+                }
+            }
+            (name, v) => k.push_str(&format!("|{name}={v:?}")),
+        }
+    }
+    k
+}
+
+struct Group {
+    members: Vec<InstrId>,
+    bytes: u64,
+}
+
+/// Returns (collectives before, after) in computation `c`.
+fn combine_in(
+    m: &mut Module,
+    c: CompId,
+    cfg: &CompilerConfig,
+    names: &mut Option<FxHashSet<String>>,
+) -> (usize, usize) {
+    // dep[i]: the highest group any ancestor of i belongs to (0: none). A
+    // candidate joins a group only if it depends on no group at or above it,
+    // so combined collectives depend only on lower groups: no cycles.
+    let order = m.comp(c).instrs.clone();
+    let mut dep: FxHashMap<InstrId, u32> = FxHashMap::default();
+    let mut member_of: FxHashMap<InstrId, u32> = FxHashMap::default();
+    let mut groups: Vec<Group> = Vec::new();
+    let mut open: FxHashMap<String, u32> = FxHashMap::default();
+    let mut candidates = 0;
+    for &i in &order {
+        let ins = m.instr(i);
+        let d = crate::util::predecessors(m, i)
+            .map(|o| {
+                member_of
+                    .get(&o)
+                    .copied()
+                    .unwrap_or_else(|| dep.get(&o).copied().unwrap_or(0))
+            })
+            .max()
+            .unwrap_or(0);
+        dep.insert(i, d);
+        let combinable = matches!(
+            ins.opcode,
+            Opcode::AllReduce | Opcode::AllGather | Opcode::ReduceScatter
+        ) && !ins.shape.is_tuple()
+            && ins.operands.len() == 1
+            && ins.attr("control-predecessors").is_none()
+            && m.comp(c).root != i;
+        if !combinable {
+            continue;
+        }
+        candidates += 1;
+        let bytes = ins.shape.byte_size();
+        let limit = threshold(cfg, ins.opcode);
+        let k = key(m, ins);
+        let joinable = open.get(&k).copied().filter(|&g| {
+            let grp = &groups[(g - 1) as usize];
+            d < g
+                && grp.bytes + bytes <= limit
+                && grp.members.len() < cfg.combine_max_count as usize
+        });
+        let g = match joinable {
+            Some(g) => g,
+            None => {
+                groups.push(Group {
+                    members: Vec::new(),
+                    bytes: 0,
+                });
+                let g = groups.len() as u32;
+                open.insert(k, g);
+                g
+            }
+        };
+        let grp = &mut groups[(g - 1) as usize];
+        grp.members.push(i);
+        grp.bytes += bytes;
+        member_of.insert(i, g);
+    }
+    let mut changed = false;
+    for grp in groups.iter().filter(|g| g.members.len() > 1) {
+        let names = names.get_or_insert_with(|| all_names(m));
+        merge(m, c, &grp.members, names);
+        changed = true;
+    }
+    if changed {
+        topo_sort(m, c);
+    }
+    (
+        candidates,
+        candidates - groups.iter().map(|g| g.members.len() - 1).sum::<usize>(),
+    )
+}
+
+/// Replaces `members` by one variadic collective and a get-tuple-element per member.
+fn merge(m: &mut Module, c: CompId, members: &[InstrId], names: &mut FxHashSet<String>) {
+    let first = m.instr(members[0]).clone();
+    let operands: Vec<InstrId> = members.iter().map(|&i| m.instr(i).operands[0]).collect();
+    let shapes: Vec<Shape> = members.iter().map(|&i| m.instr(i).shape.clone()).collect();
+    let combined = push_instr(
+        m,
+        Instruction {
+            name: fresh_name(names, &format!("{}.combined", first.name)),
+            shape: Shape::Tuple(shapes.clone()),
+            operands,
+            ..first.clone()
+        },
+    );
+    let last = *members.last().unwrap_or(&members[0]);
+    let mut new_ids = vec![combined];
+    for (k, (&old, shape)) in members.iter().zip(shapes).enumerate() {
+        let gte = push_instr(
+            m,
+            Instruction {
+                name: fresh_name(names, &format!("{}.gte", m.instr(old).name)),
+                opcode: Opcode::GetTupleElement,
+                shape,
+                operands: vec![combined],
+                attrs: vec![tpusim_hlo::Attr {
+                    name: "index".into(),
+                    value: AttrValue::Int(k as i64),
+                }],
+                parent: c,
+                parameter_number: None,
+                literal: None,
+                async_sugar: None,
+            },
+        );
+        replace_uses(m, c, old, gte);
+        new_ids.push(gte);
+    }
+    let comp = &mut m.comps[c.index()];
+    let at = comp
+        .instrs
+        .iter()
+        .position(|&i| i == last)
+        .unwrap_or(comp.instrs.len());
+    comp.instrs.splice(at..at, new_ids);
+    let gone: rustc_hash::FxHashSet<InstrId> = members.iter().copied().collect();
+    comp.instrs.retain(|i| !gone.contains(i));
+}

@@ -1,0 +1,303 @@
+//! tpusim-compile: the TPU compiler stage. It turns the HLO a user can get
+//! without a TPU (pre-optimization, SPMD-partitioned) into the program XLA:TPU
+//! would run on the chosen chip, as a pipeline of passes like XLA's
+//! HloPassPipeline: each pass is a plain named function over the module that
+//! says what it changed; the verifier runs after each in tests; every pass's
+//! output can be kept for dumps.
+//!
+//! Passes, in order: trip-count annotation, all-reduce + dynamic-slice →
+//! reduce-scatter, dead-code elimination, collective combiners (chip
+//! thresholds), TPU fusion (`tpusim_hlo::passes::fuse`, for unfused input),
+//! async conversion of collectives, latency-hiding scheduling.
+//!
+//! This crate never prints, never panics on a parsed module, and never
+//! depends on the CLI, the pod crate or Python bindings (collectives are
+//! priced through perf's `CommModel` seam).
+
+mod async_collectives;
+mod cleanup;
+mod combine;
+mod reduce_scatter;
+mod schedule;
+mod util;
+
+pub use async_collectives::convert_async_collectives;
+pub use cleanup::{annotate_trip_counts, compact, dead_code_elimination};
+pub use combine::combine_collectives;
+pub use reduce_scatter::all_reduce_to_reduce_scatter;
+pub use schedule::{latency_hiding_schedule, SchedulerLimits};
+
+use serde::{Deserialize, Serialize};
+use tpusim_arch::Chip;
+use tpusim_hlo::Module;
+use tpusim_perf::CommModel;
+
+/// What a pass did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Changed {
+    No,
+    /// Changed, with a one-line summary ("27 all-reduces → reduce-scatter").
+    Yes(String),
+}
+
+impl Changed {
+    /// `Yes(describe(n))` when `n > 0`.
+    pub fn count(n: usize, describe: impl FnOnce(usize) -> String) -> Changed {
+        if n == 0 {
+            Changed::No
+        } else {
+            Changed::Yes(describe(n))
+        }
+    }
+}
+
+/// Errors of the compile stage.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("pass {pass} left an invalid module: {message}")]
+    Invalid { pass: String, message: String },
+}
+
+/// How to compile.
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    /// Reschedule a module that is already scheduled (`is_scheduled=true`).
+    pub reschedule: bool,
+    /// Keep the module text after every pass (for `--dump-passes`).
+    pub keep_dumps: bool,
+    /// Run the verifier after every pass (tests; costs time on big modules).
+    pub verify_each: bool,
+}
+
+/// One pass's outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PassRecord {
+    pub pass: String,
+    /// What it changed, or `None` when it left the module as it was.
+    pub change: Option<String>,
+    /// Why it did not run, when skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// What the pipeline did.
+#[derive(Clone, Debug, Default)]
+pub struct CompileReport {
+    pub passes: Vec<PassRecord>,
+    /// (pass name, module text after it), when asked for.
+    pub dumps: Vec<(String, String)>,
+}
+
+impl CompileReport {
+    /// One line per pass that changed the program, for an analysis's assumptions.
+    pub fn assumptions(&self) -> Vec<String> {
+        let changes: Vec<String> = self
+            .passes
+            .iter()
+            .filter_map(|p| p.change.as_ref().map(|c| format!("{c} ({})", p.pass)))
+            .collect();
+        let mut out = Vec::new();
+        if !changes.is_empty() {
+            out.push(format!(
+                "priced the program tpusim's TPU compiler made of the input (--as-given prices it untouched): {}",
+                changes.join("; ")
+            ));
+        }
+        for p in &self.passes {
+            if let Some(why) = &p.skipped {
+                out.push(format!("compiler pass {} skipped: {why}", p.pass));
+            }
+        }
+        out
+    }
+}
+
+struct Pipeline<'a> {
+    m: &'a mut Module,
+    opts: &'a CompileOptions,
+    report: CompileReport,
+}
+
+impl Pipeline<'_> {
+    fn run(
+        &mut self,
+        name: &str,
+        pass: impl FnOnce(&mut Module) -> Changed,
+    ) -> Result<(), CompileError> {
+        let changed = pass(self.m);
+        compact(self.m);
+        if self.opts.verify_each {
+            if let Err(errors) = tpusim_hlo::verify(self.m) {
+                return Err(CompileError::Invalid {
+                    pass: name.to_string(),
+                    message: errors
+                        .first()
+                        .map(|e| e.message.clone())
+                        .unwrap_or_default(),
+                });
+            }
+        }
+        if self.opts.keep_dumps {
+            self.report
+                .dumps
+                .push((name.to_string(), tpusim_hlo::print_module(self.m)));
+        }
+        self.report.passes.push(PassRecord {
+            pass: name.to_string(),
+            change: match changed {
+                Changed::No => None,
+                Changed::Yes(s) => Some(s),
+            },
+            skipped: None,
+        });
+        Ok(())
+    }
+
+    fn skip(&mut self, name: &str, why: &str) {
+        self.report.passes.push(PassRecord {
+            pass: name.to_string(),
+            change: None,
+            skipped: Some(why.to_string()),
+        });
+    }
+}
+
+/// Compiles `m` in place for `chip`, pricing collectives with `comm` where a
+/// pass needs their cost (the scheduler).
+pub fn compile(
+    m: &mut Module,
+    chip: &Chip,
+    comm: &dyn CommModel,
+    opts: &CompileOptions,
+) -> Result<CompileReport, CompileError> {
+    let mut p = Pipeline {
+        m,
+        opts,
+        report: CompileReport::default(),
+    };
+    if opts.keep_dumps {
+        p.report
+            .dumps
+            .push(("input".to_string(), tpusim_hlo::print_module(p.m)));
+    }
+    let scheduled = p.m.config.is_scheduled == Some(true);
+    let unfused =
+        !p.m.instrs
+            .iter()
+            .any(|i| i.opcode == tpusim_hlo::Opcode::Fusion);
+    p.run("while-loop-trip-count-annotator", annotate_trip_counts)?;
+    // XLA:TPU makes every collective asynchronous, so a scheduled module with
+    // synchronous ones was scheduled by another backend (XLA:CPU): its
+    // schedule is not the one a TPU runs.
+    let foreign = scheduled && has_synchronous_collectives(p.m);
+    if scheduled && !opts.reschedule && !foreign {
+        p.skip(
+            "collective passes",
+            "the module is already scheduled (is_scheduled=true): its program is kept",
+        );
+        return Ok(p.report);
+    }
+    if foreign && !opts.reschedule {
+        p.report.passes.push(PassRecord {
+            pass: "backend-check".to_string(),
+            change: Some(
+                "scheduled module with synchronous collectives (not an XLA:TPU program, e.g. \
+                 XLA:CPU): collectives recompiled and the module rescheduled"
+                    .to_string(),
+            ),
+            skipped: None,
+        });
+    }
+    p.run("reduce-scatter-creator", all_reduce_to_reduce_scatter)?;
+    p.run("dce", dead_code_elimination)?;
+    match &chip.compiler {
+        Some(cfg) => p.run("collective-combiner", |m| combine_collectives(m, cfg))?,
+        None => p.skip(
+            "collective-combiner",
+            "the chip file has no [compiler] table",
+        ),
+    }
+    if unfused {
+        p.run("tpu-fusion", |m| {
+            let s = tpusim_hlo::passes::fuse(m);
+            Changed::count(s.fusions, |n| {
+                format!(
+                    "{} instructions fused into {n} fusions",
+                    s.fused_instructions
+                )
+            })
+        })?;
+    }
+    p.run("async-collective-conversion", convert_async_collectives)?;
+    let limits = SchedulerLimits {
+        overlap_limit: chip
+            .compiler
+            .as_ref()
+            .map_or(1, |c| c.collective_overlap_limit),
+        memory_limit_bytes: chip.memory.hbm_bytes,
+    };
+    p.run("latency-hiding-scheduler", |m| {
+        latency_hiding_schedule(m, chip, comm, &limits)
+    })?;
+    Ok(p.report)
+}
+
+/// Whether a computation runs a collective synchronously.
+fn has_synchronous_collectives(m: &Module) -> bool {
+    use tpusim_hlo::Opcode::*;
+    m.comps.iter().filter(|c| !c.is_async_sugar).any(|c| {
+        c.instrs.iter().any(|&i| {
+            matches!(
+                m.instr(i).opcode,
+                AllReduce | AllGather | ReduceScatter | CollectivePermute | AllToAll
+            )
+        })
+    })
+}
+
+/// How a program is priced: compiled for the chip (the default), or as given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    #[default]
+    Compile,
+    /// Price the input untouched (a TPU-compiled dump).
+    AsGiven,
+}
+
+/// The program that is priced and what the compiler did to it.
+pub struct Prepared {
+    pub module: Module,
+    pub report: CompileReport,
+}
+
+/// The one path every front end (CLI, Python) takes: compiles `m` unless
+/// `mode` is [`Mode::AsGiven`], analyzes the result, and lists in the
+/// analysis's assumptions what the compiler changed.
+pub fn analyze(
+    m: &Module,
+    chip: &Chip,
+    comm: &dyn CommModel,
+    mode: Mode,
+    opts: &CompileOptions,
+) -> Result<(Prepared, tpusim_perf::Analysis), CompileError> {
+    let mut module = m.clone();
+    let report = match mode {
+        Mode::AsGiven => CompileReport::default(),
+        Mode::Compile => compile(&mut module, chip, comm, opts)?,
+    };
+    let mut a = tpusim_perf::analyze_with(&module, chip, comm);
+    let mut notes = report.assumptions();
+    if mode == Mode::AsGiven {
+        notes.push("priced as given (--as-given): no TPU compiler passes ran".to_string());
+    }
+    let c = &a.communication;
+    if mode == Mode::Compile && c.communication_s > 0.0 {
+        notes.push(format!(
+            "{:.0}% of communication hidden behind compute by the schedule",
+            100.0 * (c.communication_s - c.exposed_communication_s) / c.communication_s
+        ));
+    }
+    notes.append(&mut a.assumptions);
+    a.assumptions = notes;
+    Ok((Prepared { module, report }, a))
+}

@@ -1,0 +1,161 @@
+//! Small IR editing helpers shared by the passes.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use tpusim_hlo::attr::{print_rank, ReplicaGroups};
+use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode};
+
+/// Appends `ins` to the module's arena (not to any computation's order).
+pub(crate) fn push_instr(m: &mut Module, ins: Instruction) -> InstrId {
+    let id = InstrId(m.instrs.len() as u32);
+    m.instrs.push(ins);
+    id
+}
+
+/// A fresh instruction named like `base` (`base`, `base.1`, ...), unique in `names`.
+pub(crate) fn fresh_name(names: &mut FxHashSet<String>, base: &str) -> String {
+    let mut candidate = base.to_string();
+    let mut k = 1u32;
+    while names.contains(&candidate) {
+        candidate = format!("{base}.{k}");
+        k += 1;
+    }
+    names.insert(candidate.clone());
+    candidate
+}
+
+/// Every instruction name in the module (names are module-unique in HLO).
+pub(crate) fn all_names(m: &Module) -> FxHashSet<String> {
+    m.instrs.iter().map(|i| i.name.clone()).collect()
+}
+
+/// Users of each instruction of computation `c`, in text order.
+pub(crate) fn users(m: &Module, c: CompId) -> FxHashMap<InstrId, Vec<InstrId>> {
+    let mut out: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
+    for &i in &m.comp(c).instrs {
+        for &o in &m.instr(i).operands {
+            out.entry(o).or_default().push(i);
+        }
+    }
+    out
+}
+
+/// Replaces every use of `old` in computation `c` (operands and root) by `new`,
+/// except in `new` itself.
+pub(crate) fn replace_uses(m: &mut Module, c: CompId, old: InstrId, new: InstrId) {
+    let ids = m.comp(c).instrs.clone();
+    for i in ids {
+        if i == new {
+            continue;
+        }
+        for o in &mut m.instrs[i.index()].operands {
+            if *o == old {
+                *o = new;
+            }
+        }
+    }
+    if m.comps[c.index()].root == old {
+        m.comps[c.index()].root = new;
+    }
+}
+
+/// Sorts attributes into XLA's print order (stable).
+pub(crate) fn sort_attrs(attrs: &mut [Attr]) {
+    attrs.sort_by_key(|a| print_rank(&a.name));
+}
+
+/// Reorders computation `c` so every instruction follows its operands and
+/// control predecessors, keeping the current order wherever it is valid.
+/// Instructions not reachable in a valid order (a cycle) keep their place at
+/// the end, which the verifier reports.
+pub(crate) fn topo_sort(m: &mut Module, c: CompId) {
+    let order = m.comp(c).instrs.clone();
+    let pos: FxHashMap<InstrId, usize> = order.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+    let preds = |i: InstrId| -> Vec<usize> {
+        predecessors(m, i)
+            .filter_map(|p| pos.get(&p).copied())
+            .collect()
+    };
+    let mut indeg = vec![0usize; order.len()];
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); order.len()];
+    for (k, &i) in order.iter().enumerate() {
+        let mut ps = preds(i);
+        ps.sort_unstable();
+        ps.dedup();
+        indeg[k] = ps.len();
+        for p in ps {
+            succ[p].push(k);
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = (0..order.len())
+        .filter(|&k| indeg[k] == 0)
+        .map(std::cmp::Reverse)
+        .collect();
+    let mut out = Vec::with_capacity(order.len());
+    let mut placed = vec![false; order.len()];
+    while let Some(std::cmp::Reverse(k)) = ready.pop() {
+        out.push(order[k]);
+        placed[k] = true;
+        for &s in &succ[k] {
+            indeg[s] -= 1;
+            if indeg[s] == 0 {
+                ready.push(std::cmp::Reverse(s));
+            }
+        }
+    }
+    out.extend((0..order.len()).filter(|&k| !placed[k]).map(|k| order[k]));
+    m.comps[c.index()].instrs = out;
+}
+
+/// Operands and control predecessors of `i`.
+pub(crate) fn predecessors(m: &Module, i: InstrId) -> impl Iterator<Item = InstrId> + '_ {
+    let ins = m.instr(i);
+    let control: &[InstrId] = match ins.attr("control-predecessors") {
+        Some(AttrValue::Instrs(v)) => v,
+        _ => &[],
+    };
+    ins.operands.iter().copied().chain(control.iter().copied())
+}
+
+/// Computations that run as programs (entry, loop bodies and conditions,
+/// call targets, branches), as opposed to ones applied element-wise by
+/// reduce, sort, all-reduce... and hidden async wrappers.
+pub(crate) fn control_computations(m: &Module) -> Vec<CompId> {
+    let mut applied: FxHashSet<CompId> = FxHashSet::default();
+    for ins in &m.instrs {
+        for a in &ins.attrs {
+            let program = matches!(
+                (ins.opcode, a.name.as_ref()),
+                (Opcode::While, "condition" | "body")
+                    | (Opcode::Call, "to_apply")
+                    | (Opcode::Conditional, _)
+            );
+            if !program {
+                match &a.value {
+                    AttrValue::Comp(c) => {
+                        applied.insert(*c);
+                    }
+                    AttrValue::Comps(cs) => applied.extend(cs.iter().copied()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    m.comp_ids()
+        .filter(|c| !applied.contains(c) && !m.comp(*c).is_async_sugar)
+        .collect()
+}
+
+/// Devices in each replica group of a collective (the module's device
+/// count when the groups are left empty, meaning "all").
+pub(crate) fn group_size(m: &Module, ins: &Instruction) -> Option<i64> {
+    let n = match ins.attr("replica_groups") {
+        None => 0,
+        Some(AttrValue::ReplicaGroups(g)) => match &**g {
+            ReplicaGroups::Explicit(v) => v.first().map_or(0, |g| g.len() as i64),
+            ReplicaGroups::Iota { group_size, .. } => *group_size,
+            ReplicaGroups::Mesh { .. } => g.expand().first().map_or(0, |g| g.len() as i64),
+        },
+        Some(_) => return None,
+    };
+    Some(if n == 0 { m.device_count() } else { n })
+}

@@ -1,0 +1,325 @@
+//! The compile pipeline: each pass on small programs whose result is known,
+//! and the whole pipeline (verifier after every pass) on the corpus.
+
+use tpusim_compile::{
+    all_reduce_to_reduce_scatter, combine_collectives, compact, compile, convert_async_collectives,
+    latency_hiding_schedule, Changed, CompileOptions, SchedulerLimits,
+};
+use tpusim_hlo::{parse_module, verify, Module, Opcode};
+use tpusim_perf::LocalOnly;
+
+fn parse(text: &str) -> Module {
+    let m = parse_module(text).expect("test module parses");
+    verify(&m).expect("test module verifies");
+    m
+}
+
+fn count(m: &Module, op: Opcode) -> usize {
+    m.comps
+        .iter()
+        .filter(|c| !c.is_async_sugar)
+        .flat_map(|c| &c.instrs)
+        .filter(|&&i| m.instr(i).opcode == op)
+        .count()
+}
+
+fn checked(m: &mut Module, pass: impl FnOnce(&mut Module) -> Changed) -> Changed {
+    let c = pass(m);
+    compact(m);
+    if let Err(e) = verify(m) {
+        panic!(
+            "invalid after pass: {}\n{}",
+            e[0].message,
+            tpusim_hlo::print_module(m)
+        );
+    }
+    c
+}
+
+const AR_DS: &str = r#"
+HloModule ar_ds, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[8,16] parameter(0)
+  ar = f32[8,16] all-reduce(p), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  pid = u32[] partition-id()
+  table = s32[4] constant({0, 2, 4, 6})
+  off = s32[1] dynamic-slice(table, pid), dynamic_slice_sizes={1}
+  o = s32[] reshape(off)
+  zero = s32[] constant(0)
+  ROOT ds = f32[2,16] dynamic-slice(ar, o, zero), dynamic_slice_sizes={2,16}
+}
+"#;
+
+#[test]
+fn all_reduce_then_own_shard_becomes_reduce_scatter() {
+    let mut m = parse(AR_DS);
+    let c = checked(&mut m, all_reduce_to_reduce_scatter);
+    assert!(matches!(c, Changed::Yes(_)), "{c:?}");
+    assert_eq!(count(&m, Opcode::ReduceScatter), 1);
+    assert_eq!(count(&m, Opcode::AllReduce), 0);
+    let root = m.instr(m.entry().root);
+    assert_eq!(root.opcode, Opcode::ReduceScatter);
+    assert_eq!(root.attr_ints("dimensions"), Some(&[0i64][..]));
+}
+
+#[test]
+fn slice_not_by_device_id_stays_all_reduce() {
+    let text = AR_DS.replace(
+        "ds = f32[2,16] dynamic-slice(ar, o, zero)",
+        "ds = f32[2,16] dynamic-slice(ar, zero, zero)",
+    );
+    let mut m = parse(&text);
+    assert_eq!(checked(&mut m, all_reduce_to_reduce_scatter), Changed::No);
+    assert_eq!(count(&m, Opcode::AllReduce), 1);
+}
+
+const THREE_AR: &str = r#"
+HloModule three, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p0 = f32[64] parameter(0)
+  p1 = f32[32] parameter(1)
+  a0 = f32[64] all-reduce(p0), channel_id=1, replica_groups={{0,1,2,3}}, to_apply=add
+  a1 = f32[32] all-reduce(p1), channel_id=2, replica_groups={{0,1,2,3}}, to_apply=add
+  e = f32[32] exponential(a1)
+  a2 = f32[32] all-reduce(e), channel_id=3, replica_groups={{0,1,2,3}}, to_apply=add
+  ROOT t = (f32[64], f32[32], f32[32]) tuple(a0, a1, a2)
+}
+"#;
+
+fn v5e() -> tpusim_arch::Chip {
+    tpusim_arch::by_id("v5e").expect("builtin chip")
+}
+
+#[test]
+fn independent_all_reduces_combine_dependent_ones_do_not() {
+    let mut m = parse(THREE_AR);
+    let cfg = v5e().compiler.expect("v5e has a [compiler] table");
+    let c = checked(&mut m, |m| combine_collectives(m, &cfg));
+    assert_eq!(c, Changed::Yes("3 collectives combined into 2".to_string()));
+    assert_eq!(count(&m, Opcode::AllReduce), 2);
+}
+
+#[test]
+fn combiner_respects_the_byte_threshold() {
+    let mut m = parse(THREE_AR);
+    let mut cfg = v5e().compiler.expect("v5e has a [compiler] table");
+    cfg.all_reduce_combine_threshold_bytes = 300; // a0 (256 B) + a1 (128 B) do not fit
+    assert_eq!(
+        checked(&mut m, |m| combine_collectives(m, &cfg)),
+        Changed::No
+    );
+}
+
+#[test]
+fn every_collective_becomes_async() {
+    let text = r#"
+HloModule c, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[8,16] parameter(0)
+  ar = f32[8,16] all-reduce(p), channel_id=1, replica_groups={{0,1,2,3}}, to_apply=add
+  ag = f32[32,16] all-gather(ar), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0}
+  rs = f32[8,16] reduce-scatter(ag), channel_id=3, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=add
+  cp = f32[8,16] collective-permute(rs), channel_id=4, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+  ROOT a2a = f32[8,16] all-to-all(cp), channel_id=5, replica_groups={{0,1,2,3}}, dimensions={0}
+}
+"#;
+    let mut m = parse(text);
+    let c = checked(&mut m, convert_async_collectives);
+    assert_eq!(
+        c,
+        Changed::Yes("5 collectives made asynchronous".to_string())
+    );
+    for op in [
+        Opcode::AllReduce,
+        Opcode::AllGather,
+        Opcode::ReduceScatter,
+        Opcode::CollectivePermute,
+        Opcode::AllToAll,
+    ] {
+        assert_eq!(count(&m, op), 0, "{op:?} left synchronous");
+    }
+    assert_eq!(count(&m, Opcode::AllReduceStart), 1);
+    assert_eq!(count(&m, Opcode::AsyncStart), 2);
+    // The printed program parses back to the same text.
+    let printed = tpusim_hlo::print_module(&m);
+    let again = parse(&printed);
+    assert_eq!(tpusim_hlo::print_module(&again), printed);
+}
+
+#[test]
+fn scheduler_overlaps_a_collective_with_independent_compute() {
+    let text = r#"
+HloModule s, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[1024,1024] parameter(0)
+  w = f32[1024,1024] parameter(1)
+  start = f32[1024,1024] all-reduce-start(p), channel_id=1, replica_groups={{0,1,2,3}}, to_apply=add
+  done = f32[1024,1024] all-reduce-done(start)
+  d = f32[1024,1024] dot(w, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT s = f32[1024,1024] add(done, d)
+}
+"#;
+    let mut m = parse(text);
+    let limits = SchedulerLimits {
+        overlap_limit: 1,
+        memory_limit_bytes: 1 << 40,
+    };
+    let chip = v5e();
+    checked(&mut m, |m| {
+        latency_hiding_schedule(m, &chip, &LocalOnly, &limits)
+    });
+    let names: Vec<&str> = m
+        .entry()
+        .instrs
+        .iter()
+        .map(|&i| m.instr(i).name.as_str())
+        .collect();
+    let at = |n: &str| names.iter().position(|x| *x == n).expect("scheduled");
+    assert!(at("start") < at("d") && at("d") < at("done"), "{names:?}");
+    assert_eq!(m.config.is_scheduled, Some(true));
+}
+
+fn corpus(dir: &str) -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/corpus")
+        .join(dir);
+    let mut files: Vec<_> = std::fs::read_dir(root)
+        .expect("corpus folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "hlo"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The whole pipeline, verifier after every pass, on every generated corpus
+/// module (pre-optimization, XLA:CPU-compiled and partitioned ones).
+#[test]
+fn pipeline_keeps_every_corpus_module_valid() {
+    let chip = v5e();
+    let opts = CompileOptions {
+        verify_each: true,
+        ..Default::default()
+    };
+    let mut compiled = 0;
+    for path in corpus("jax_generated") {
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let Ok(mut m) = parse_module(&text) else {
+            continue;
+        };
+        if verify(&m).is_err() {
+            continue;
+        }
+        if let Err(e) = compile(&mut m, &chip, &LocalOnly, &opts) {
+            panic!("{}: {e}", path.display());
+        }
+        compiled += 1;
+    }
+    assert!(compiled > 20, "only {compiled} corpus modules compiled");
+}
+
+/// An XLA:CPU-compiled module is scheduled, but with synchronous collectives
+/// no TPU program has: the pipeline recompiles it. Without collectives, a
+/// scheduled module keeps its program.
+#[test]
+fn scheduled_cpu_programs_with_sync_collectives_are_recompiled() {
+    let chip = v5e();
+    let opts = CompileOptions::default();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/corpus/jax_generated");
+    let text = std::fs::read_to_string(dir.join("transformer_train_step_sharded.compiled.hlo"))
+        .expect("corpus");
+    let mut m = parse(&text);
+    assert_eq!(m.config.is_scheduled, Some(true));
+    let report = compile(&mut m, &chip, &LocalOnly, &opts).expect("compiles");
+    assert!(
+        report.passes.iter().any(|p| p.pass == "backend-check"),
+        "{:?}",
+        report.passes
+    );
+    assert_eq!(
+        count(&m, Opcode::AllReduce) + count(&m, Opcode::AllGather),
+        0
+    );
+    verify(&m).expect("valid");
+
+    let text = std::fs::read_to_string(dir.join("mlp_grad.compiled.hlo")).expect("corpus");
+    let mut m = parse(&text);
+    let before = tpusim_hlo::print_module(&m);
+    let report = compile(&mut m, &chip, &LocalOnly, &opts).expect("compiles");
+    assert!(report.passes.iter().any(|p| p.skipped.is_some()));
+    assert_eq!(tpusim_hlo::print_module(&m), before);
+}
+
+/// An async reduce-scatter (an `async-start` whose start also carries the
+/// reducer) is priced on the pod as an overlappable reduce-scatter.
+#[test]
+fn async_reduce_scatter_is_priced_as_an_async_collective() {
+    let text = r#"
+HloModule rs, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[1024,1024] parameter(0)
+  w = f32[1024,1024] parameter(1)
+  rs = f32[256,1024] reduce-scatter(p), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=add
+  d = f32[1024,1024] dot(w, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (f32[256,1024], f32[1024,1024]) tuple(rs, d)
+}
+"#;
+    let m = parse(text);
+    let chip = tpusim_arch::by_id("v5p").expect("builtin chip");
+    let pod = tpusim_pod::PodOptions::default()
+        .model_for(&chip, &m)
+        .expect("pod")
+        .expect("a sharded module gets a pod");
+    let (_, a) = tpusim_compile::analyze(
+        &m,
+        &chip,
+        &pod,
+        tpusim_compile::Mode::Compile,
+        &CompileOptions::default(),
+    )
+    .expect("compiles");
+    let rs = a
+        .communication
+        .collectives
+        .iter()
+        .find(|c| c.kind == "reduce-scatter")
+        .expect("the reduce-scatter is priced as a collective");
+    assert!(rs.is_async, "{rs:?}");
+    assert!(rs.exposed_s < rs.time_s, "{rs:?}");
+}
