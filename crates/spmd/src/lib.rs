@@ -23,6 +23,7 @@ use build::Out;
 use mesh::{Mesh, Sh};
 use partition::Partitioner;
 use tpusim_hlo::attr::{FrontendValue, Sharding};
+
 use tpusim_hlo::{AttrValue, CompId, Module, Opcode};
 
 /// What the partitioner was asked for.
@@ -73,41 +74,37 @@ pub enum SpmdError {
 
 /// The Shardy mesh declared in the module header, as named axes.
 fn sdy_mesh(m: &Module) -> Result<Option<Vec<(String, u32)>>, SpmdError> {
-    let Some(AttrValue::FrontendAttrs(kv)) = &m.config.frontend_attributes else {
+    let Some(text) = tpusim_hlo::sdy::meshes_text(m) else {
         return Ok(None);
     };
-    let Some((_, v)) = kv.iter().find(|(k, _)| k == "xla.sdy.meshes") else {
+    let meshes = tpusim_hlo::sdy::parse_meshes(text).map_err(SpmdError::Mesh)?;
+    let mut used = meshes.iter().filter(|x| !x.axes.is_empty());
+    let Some(mesh) = used.next() else {
         return Ok(None);
     };
-    let text = match v {
-        FrontendValue::Str(s) | FrontendValue::Raw(s) => s,
-    };
-    if text.contains("device_ids") {
+    if used.next().is_some() {
         return Err(SpmdError::Mesh(format!(
-            "meshes with explicit device ids are not supported: {text}"
+            "several meshes in one module: {text}"
         )));
     }
-    let mut axes = Vec::new();
-    let mut rest = text.as_str();
-    // Axes are written `"name"=size` (possibly with escaped quotes).
-    while let Some(eq) = rest.find("=") {
-        let before = rest[..eq].trim_end().trim_end_matches('\\');
-        if let Some(name) = before.strip_suffix('"') {
-            let start = name.rfind('"').map_or(0, |p| p + 1);
-            let name = name[start..].to_string();
-            let digits: String = rest[eq + 1..]
-                .chars()
-                .skip_while(|c| c.is_whitespace())
-                .take_while(char::is_ascii_digit)
-                .collect();
-            let size = digits
-                .parse::<u32>()
-                .map_err(|_| SpmdError::Mesh(format!("axis '{name}' has no size in {text}")))?;
-            axes.push((name, size));
+    if let Some(ids) = &mesh.device_ids {
+        if ids.iter().enumerate().any(|(k, &d)| d != k as i64) {
+            return Err(SpmdError::Mesh(format!(
+                "meshes with a non-iota device order are not supported: {text}"
+            )));
         }
-        rest = &rest[eq + 1..];
     }
-    Ok(Some(axes))
+    mesh.axes
+        .iter()
+        .map(|(n, s)| {
+            u32::try_from(*s)
+                .ok()
+                .filter(|&s| s >= 1)
+                .map(|s| (n.clone(), s))
+                .ok_or_else(|| SpmdError::Mesh(format!("axis '{n}' of size {s}")))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 fn largest_tiling(m: &Module) -> u32 {
@@ -291,6 +288,22 @@ fn finish_module(
     for (c, r) in m.comps.iter_mut().zip(&reach) {
         if !r {
             c.is_async_sugar = true;
+        }
+    }
+    // Computations kept verbatim (reducers, comparators) may hold `Sharding`
+    // custom-calls; on one device they are plain copies.
+    let kept: Vec<tpusim_hlo::InstrId> = m
+        .comp_ids()
+        .filter(|c| reach[c.index()])
+        .flat_map(|c| m.comp(c).instrs.clone())
+        .collect();
+    for i in kept {
+        let ins = &mut m.instrs[i.index()];
+        if ins.opcode == Opcode::CustomCall
+            && ins.attr_ident("custom_call_target") == Some("Sharding")
+        {
+            ins.opcode = Opcode::Copy;
+            ins.attrs.clear();
         }
     }
     m.config.num_partitions = Some(i64::from(n));

@@ -62,6 +62,36 @@ impl Mesh {
         }
     }
 
+    /// The factor axes of a named axis or sub-axis `name:(pre)size`.
+    pub fn named_axes(&self, name: &str, sub: Option<(i64, i64)>) -> Option<Vec<Axis>> {
+        let pos = self.named.iter().position(|(n, _)| n == name)?;
+        let start: usize = self.named[..pos]
+            .iter()
+            .map(|(_, s)| prime_factors(*s).len())
+            .sum();
+        let count = prime_factors(self.named[pos].1).len();
+        let all: Vec<Axis> = (start..start + count).map(|a| a as Axis).collect();
+        let Some((pre, size)) = sub else {
+            return Some(all);
+        };
+        let mut prod = 1i64;
+        let mut out = Vec::new();
+        for a in all {
+            if prod < pre {
+                prod *= i64::from(self.size(a));
+                continue;
+            }
+            if prod != pre {
+                return None;
+            }
+            if self.count(&out) as i64 == size {
+                break;
+            }
+            out.push(a);
+        }
+        (self.count(&out) as i64 == size).then_some(out)
+    }
+
     pub fn axes(&self) -> impl Iterator<Item = Axis> {
         0..self.sizes.len() as Axis
     }

@@ -24,6 +24,8 @@ pub struct Partitioner<'m> {
     pub src: &'m Module,
     pub out: Out,
     depth: usize,
+    /// Manual axes of the enclosing shard_map regions (innermost last).
+    manual: Vec<Vec<String>>,
 }
 
 fn leaves_of(shape: &Shape) -> Vec<Shape> {
@@ -42,7 +44,12 @@ fn leaf_count(shape: &Shape) -> usize {
 
 impl<'m> Partitioner<'m> {
     pub fn new(src: &'m Module, out: Out) -> Self {
-        Partitioner { src, out, depth: 0 }
+        Partitioner {
+            src,
+            out,
+            depth: 0,
+            manual: Vec::new(),
+        }
     }
 
     fn unsupported(&self, ins: &Instruction, why: impl Into<String>) -> SpmdError {
@@ -401,6 +408,14 @@ impl<'m> Partitioner<'m> {
             | RngBitGenerator | BatchNormInference | BatchNormTraining | BatchNormGrad | TopK
             | Copy | ReducePrecision | BitcastConvert | OptBarrier | AddDependency
             | Domain => self.replicated_fallback(cb, ins, ops),
+            AllReduce | AllGather | ReduceScatter | AllToAll | CollectivePermute
+            | CollectiveBroadcast
+                if !self.manual.is_empty() =>
+            {
+                // Inside a shard_map body values are per-device already; the
+                // program's own collectives stay as written.
+                self.replicated_fallback(cb, ins, ops)
+            }
             _ => Err(self.unsupported(
                 ins,
                 "this op kind is not partitioned (collectives, I/O and async ops must not appear in an unpartitioned module)",
@@ -965,6 +980,9 @@ impl<'m> Partitioner<'m> {
     ) -> Result<Val, SpmdError> {
         let target = ins.attr_ident("custom_call_target").unwrap_or("");
         match target {
+            "Sharding" if matches!(ins.sharding(), Some(Sharding::Single(x)) if x.kind == tpusim_hlo::attr::ShardingKind::Manual) => {
+                Ok(ops[0].clone())
+            }
             "Sharding" => {
                 let to = self.annotation(ins)?.ok_or_else(|| {
                     self.unsupported(ins, "Sharding custom-call without a sharding")
@@ -973,10 +991,27 @@ impl<'m> Partitioner<'m> {
                 self.reshard_val(cb, &ops[0], g, &to)
             }
             "xla.sdy.FuncResultSharding" => Ok(ops[0].clone()),
-            "SPMDFullToShardShape" | "SPMDShardToFullShape" => Err(self.unsupported(
-                ins,
-                format!("manual (shard_map) regions ('{target}') are not partitioned yet"),
-            )),
+            "xla.sdy.GlobalToLocalShape" => self.global_to_local(cb, ins, ops),
+            "xla.sdy.LocalToGlobalShape" => self.local_to_global(cb, ins, ops),
+            "SPMDFullToShardShape" => {
+                // The operand went through a `Sharding` custom-call to its tiled
+                // sharding: its local value is the shard the region works on.
+                let rank = ins.shape.rank();
+                Ok(Val {
+                    id: ops[0].id,
+                    sh: vec![Sh::replicated(rank)],
+                })
+            }
+            "SPMDShardToFullShape" => {
+                let to = self.annotation(ins)?.ok_or_else(|| {
+                    self.unsupported(ins, "SPMDShardToFullShape without a sharding")
+                })?;
+                self.check_local(ins, ops[0].id, &ins.shape, &to[0])?;
+                Ok(Val {
+                    id: ops[0].id,
+                    sh: to,
+                })
+            }
             t if t.starts_with("xla.sdy.") => Err(self.unsupported(
                 ins,
                 format!("Shardy custom-call '{t}' is not partitioned yet"),
@@ -1062,5 +1097,165 @@ pub fn sharding_text(s: &SingleSharding) -> String {
             out
         }
         Err(_) => format!("{s:?}"),
+    }
+}
+
+impl Partitioner<'_> {
+    /// Sharding of `values` of a Shardy per-value attribute over manual axes.
+    fn sdy_shardings(
+        &self,
+        ins: &Instruction,
+        key: &str,
+        manual: &[String],
+    ) -> Result<Vec<Sh>, SpmdError> {
+        let text = tpusim_hlo::sdy::frontend_attr(ins, key)
+            .ok_or_else(|| self.unsupported(ins, format!("no {key}")))?;
+        let values =
+            tpusim_hlo::sdy::parse_per_value(text).map_err(|e| self.unsupported(ins, e))?;
+        values
+            .iter()
+            .map(|dims| {
+                let mut sh = Sh::replicated(dims.len());
+                for (d, axes) in dims.iter().enumerate() {
+                    for r in axes {
+                        if !manual.contains(&r.name) {
+                            return Err(self.unsupported(
+                                ins,
+                                format!(
+                                    "sharding {text} tiles a dim by the free axis '{}' of a partially manual region",
+                                    r.name
+                                ),
+                            ));
+                        }
+                        let f = self.out.mesh.named_axes(&r.name, r.sub).ok_or_else(|| {
+                            SpmdError::UnknownAxis {
+                                instr: ins.name.clone(),
+                                axis: r.name.clone(),
+                                sharding: text.to_string(),
+                                mesh: format!("{:?}", self.out.mesh.named),
+                            }
+                        })?;
+                        sh.dims[d].extend(f);
+                    }
+                }
+                Ok(sh)
+            })
+            .collect()
+    }
+
+    fn manual_axes(&self, ins: &Instruction) -> Result<Vec<String>, SpmdError> {
+        let text = tpusim_hlo::sdy::frontend_attr(ins, "xla.sdy.manual_axes")
+            .ok_or_else(|| self.unsupported(ins, "no xla.sdy.manual_axes"))?;
+        Ok(tpusim_hlo::sdy::parse_manual_axes(text))
+    }
+
+    /// Checks that a local value has the per-device dims `sh` gives `global`.
+    fn check_local(
+        &self,
+        ins: &Instruction,
+        id: InstrId,
+        global: &Shape,
+        sh: &Sh,
+    ) -> Result<(), SpmdError> {
+        let want = sh.local_dims(&self.out.mesh, global.dims());
+        let have = self.out.dims(id);
+        if want != have
+            || global
+                .dims()
+                .iter()
+                .zip(&want)
+                .enumerate()
+                .any(|(d, (g, w))| w * i64::from(sh.tiles(&self.out.mesh, d)) != *g)
+        {
+            return Err(SpmdError::BadSharding {
+                instr: ins.name.clone(),
+                sharding: format!("{sh:?}"),
+                why: format!(
+                    "its shards {have:?} do not tile the global dims {:?} evenly",
+                    global.dims()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn global_to_local(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let manual = self.manual_axes(ins)?;
+        if let Some(outer) = self.manual.iter().flatten().find(|a| manual.contains(a)) {
+            return Err(SpmdError::ConflictingManual {
+                instr: ins.name.clone(),
+                why: format!("axis '{outer}' is already manual in an enclosing shard_map region"),
+            });
+        }
+        let shs = self.sdy_shardings(ins, "xla.sdy.in_shardings", &manual)?;
+        if shs.len() != ops.len() {
+            return Err(self.unsupported(ins, "in_shardings do not match the operands"));
+        }
+        let mut ids = Vec::new();
+        for (k, (o, sh)) in ops.iter().zip(&shs).enumerate() {
+            let g = &self.src.instr(ins.operands[k]).shape;
+            let x = self.arr(cb, o, g, sh)?;
+            self.check_local(ins, x, g, sh)?;
+            ids.push(x);
+        }
+        self.manual.push(manual);
+        let leaves = leaves_of(&ins.shape);
+        let sh: Vec<Sh> = leaves.iter().map(|l| Sh::replicated(l.rank())).collect();
+        if ins.shape.is_tuple() {
+            let shape = Shape::Tuple(ids.iter().map(|&i| self.out.shape(i).clone()).collect());
+            let id = self
+                .out
+                .emit(cb, "tuple", Opcode::Tuple, shape, ids, vec![]);
+            return Ok(Val { id, sh });
+        }
+        Ok(Val { id: ids[0], sh })
+    }
+
+    fn local_to_global(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let manual = self.manual_axes(ins)?;
+        match self.manual.last() {
+            Some(m) if *m == manual => {
+                self.manual.pop();
+            }
+            _ => {
+                return Err(SpmdError::ConflictingManual {
+                    instr: ins.name.clone(),
+                    why: format!("it leaves a region manual over {manual:?}, which is not the innermost one entered"),
+                })
+            }
+        }
+        let shs = self.sdy_shardings(ins, "xla.sdy.out_shardings", &manual)?;
+        let leaves = leaves_of(&ins.shape);
+        if shs.len() != ops.len() || leaves.len() != ops.len() {
+            return Err(self.unsupported(ins, "out_shardings do not match the operands"));
+        }
+        let mut ids = Vec::new();
+        for (k, (o, sh)) in ops.iter().zip(&shs).enumerate() {
+            let g = &self.src.instr(ins.operands[k]).shape;
+            let x = self.arr(cb, o, g, &Sh::replicated(g.rank()))?;
+            self.check_local(ins, x, &leaves[k], sh)?;
+            ids.push(x);
+        }
+        if ins.shape.is_tuple() {
+            let shape = Shape::Tuple(ids.iter().map(|&i| self.out.shape(i).clone()).collect());
+            let id = self
+                .out
+                .emit(cb, "tuple", Opcode::Tuple, shape, ids, vec![]);
+            return Ok(Val { id, sh: shs });
+        }
+        Ok(Val {
+            id: ids[0],
+            sh: shs,
+        })
     }
 }

@@ -18,3 +18,20 @@ fn shared_corpus_sharded_cases_match_jax() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The interpreter's shard_map and sharded-jit cases (Shardy manual regions,
+/// psum/pmax/all_gather/all_to_all/ppermute inside them, uneven constraints).
+#[test]
+fn interp_spmd_cases_match_jax() {
+    let mut dirs = case_dirs("interp_cases", false);
+    dirs.retain(|d| {
+        d.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("spmd_"))
+    });
+    assert!(dirs.len() >= 10, "spmd interpreter cases missing");
+    let failures: Vec<String> = dirs
+        .iter()
+        .filter_map(|d| run_case(d).err().map(|e| format!("{}: {e}", d.display())))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
