@@ -489,44 +489,49 @@ def _():
     return Case(lambda x, i, u: x.at[i].add(u), [normal(r, (16, 3)), idx, normal(r, (12, 3))], [P("x"), P(), P()], m)
 
 
-@case("moe_dispatch_all_to_all", "moe", "GShard-style MoE: top-1 dispatch einsum, experts sharded: all-to-all")
+def moe_dispatch(x, gate, E, C):
+    """GShard top-1 dispatch per token group: x [G, S, D] -> dispatch mask [G, S, E, C], gate probs."""
+    logits = jnp.einsum("gsd,de->gse", x, gate)
+    onehot = jax.nn.one_hot(jnp.argmax(logits, -1), E)
+    pos = (jnp.cumsum(onehot, 1) - 1.0) * onehot  # position of each token in its expert's buffer
+    disp = onehot[..., None] * jax.nn.one_hot(pos.sum(-1), C)[:, :, None, :]
+    return disp, jax.nn.softmax(logits, -1).max(-1, keepdims=True)
+
+
+def moe_layer(x, p, m, group_spec, expert_spec, E, C):
+    disp, prob = moe_dispatch(x, p["gate"], E, C)
+    # Groups are sharded like the tokens; the constraint moves them to the experts' shards: all-to-all.
+    by_group = P(None, *group_spec)  # [E, G, C, D] sharded on G, as the tokens are
+    xe = wsc(wsc(jnp.einsum("gsec,gsd->egcd", disp, x), m, by_group), m, expert_spec)
+    h = jax.nn.relu(jnp.einsum("egcd,edf->egcf", xe, p["w1"]))
+    ye = wsc(wsc(jnp.einsum("egcf,efd->egcd", h, p["w2"]), m, expert_spec), m, by_group)  # and back
+    y = wsc(jnp.einsum("gsec,egcd->gsd", disp, ye), m, group_spec)
+    return y * prob
+
+
+@case("moe_dispatch_all_to_all", "moe", "GShard-style MoE layer: token groups on 'expert', dispatched to sharded experts and back (all-to-all)")
 def _():
     r, m = rng_for("moe"), mesh((8,), ("expert",))
-    E, S, D, F, C = 8, 32, 8, 16, 8
-
-    def f(x, gate, w1, w2):
-        logits = x @ gate
-        e = jnp.argmax(logits, -1)
-        onehot = jax.nn.one_hot(e, E)
-        pos = (jnp.cumsum(onehot, 0) - 1.0) * onehot
-        disp = onehot[:, :, None] * jax.nn.one_hot(pos.sum(-1), C)[:, None, :]
-        xe = jnp.einsum("sec,sd->ecd", disp, x)
-        xe = wsc(xe, m, P("expert"))
-        h = jax.nn.relu(jnp.einsum("ecd,edf->ecf", xe, w1))
-        ye = jnp.einsum("ecf,efd->ecd", h, w2)
-        y = jnp.einsum("sec,ecd->sd", disp, ye)
-        return wsc(y, m, P("expert")) * jax.nn.softmax(logits, -1).max(-1, keepdims=True)
-    return Case(f, [normal(r, (S, D)), normal(r, (D, E)), normal(r, (E, D, F), 0.3), normal(r, (E, F, D), 0.3)],
+    E, G, S, D, F, C = 8, 8, 8, 8, 16, 4
+    p = {"gate": normal(r, (D, E)), "w1": normal(r, (E, D, F), 0.3), "w2": normal(r, (E, F, D), 0.3)}
+    f = lambda x, gate, w1, w2: moe_layer(x, {"gate": gate, "w1": w1, "w2": w2}, m, P("expert"),  # noqa: E731
+                                           P("expert"), E, C)
+    return Case(f, [normal(r, (G, S, D)), p["gate"], p["w1"], p["w2"]],
                 [P("expert"), P(), P("expert"), P("expert")], m)
 
 
-@case("moe_train_ep2_dp4", "moe", "MoE layer train step (SGD), experts on 'expert' (2) x tokens on 'data' (4)")
+@case("moe_train_ep2_dp4", "moe", "MoE layer train step (SGD): groups on data x expert (4x2), experts on 'expert'")
 def _():
     r, m = rng_for("moe2"), mesh((4, 2), ("data", "expert"))
-    E, S, D, F, C = 4, 16, 8, 8, 8
+    E, G, S, D, F, C = 4, 8, 4, 8, 8, 4
 
     def loss(p, x, y):
-        logits = x @ p["gate"]
-        onehot = jax.nn.one_hot(jnp.argmax(logits, -1), E)
-        pos = (jnp.cumsum(onehot, 0) - 1.0) * onehot
-        disp = onehot[:, :, None] * jax.nn.one_hot(pos.sum(-1), C)[:, None, :]
-        xe = wsc(jnp.einsum("sec,sd->ecd", disp, x), m, P("expert"))
-        ye = jnp.einsum("ecf,efd->ecd", jax.nn.relu(jnp.einsum("ecd,edf->ecf", xe, p["w1"])), p["w2"])
-        out = jnp.einsum("sec,ecd->sd", disp, ye) * jax.nn.softmax(logits, -1).max(-1, keepdims=True)
+        out = moe_layer(x, p, m, P(("data", "expert")), P("expert", "data"), E, C)
         return jnp.mean(jnp.square(out - y))
     p = {"gate": normal(r, (D, E)), "w1": normal(r, (E, D, F), 0.3), "w2": normal(r, (E, F, D), 0.3)}
     ps = {"gate": P(), "w1": P("expert"), "w2": P("expert")}
-    return flat_case(sgd(loss), (p, normal(r, (S, D)), normal(r, (S, D))), (ps, P("data"), P("data")), m)
+    bs = P(("data", "expert"))
+    return flat_case(sgd(loss), (p, normal(r, (G, S, D)), normal(r, (G, S, D))), (ps, bs, bs), m)
 
 
 @case("moe_shard_map_a2a", "moe", "expert parallelism written with shard_map all_to_all inside a jit")
@@ -556,6 +561,25 @@ def _():
     inner = smap(lambda x, w: lax.pmean(jnp.tanh(x @ w), "data"), m, (P("data"), P()), P(), axis_names={"data"})
     return Case(lambda x, w: inner(x, w) * 2.0, [normal(r, (8, 8)), normal(r, (8, 8))],
                 [P("data", None), P(None, "model")], m)
+
+
+@case("shard_map_fsdp_manual", "shard_map", "manual FSDP in shard_map: all_gather the weight, psum_scatter the gradient (reduce-scatter)")
+def _():
+    r, m = rng_for("smf"), mesh((8,), ("fsdp",))
+
+    def body(x, w):
+        full = lax.all_gather(w, "fsdp", axis=0, tiled=True)
+        g = x.T @ jnp.tanh(x @ full)
+        return lax.psum_scatter(g, "fsdp", scatter_dimension=0, tiled=True)
+    f = smap(body, m, (P("fsdp"), P("fsdp")), P("fsdp"))
+    return Case(f, [normal(r, (16, 8)), normal(r, (8, 8))], [P("fsdp"), P("fsdp")], m)
+
+
+@case("gather_index_parallel", "embedding", "take_along_axis with operand and indices both sharded on the batch dim")
+def _():
+    r, m = rng_for("gip"), mesh((2, 4), ("a", "b"))
+    idx = r.integers(0, 12, (8, 5)).astype(np.int32)
+    return Case(lambda x, i: jnp.take_along_axis(x, i, axis=1), [normal(r, (8, 12)), idx], [P("b"), P("b")], m)
 
 
 @case("shard_map_ring_3axis", "shard_map", "shard_map over a 2x2x2 mesh: ppermute ring on one axis, psum on two")
