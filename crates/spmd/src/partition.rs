@@ -866,7 +866,20 @@ impl<'m> Partitioner<'m> {
         if let Some(d) = idx_sh.dims.get_mut(ivd) {
             d.clear();
         }
-        let x = self.arr(cb, &ops[0], &og, &Sh::replicated(og.rank()))?;
+        // Batching dims (take_along_axis) pair operand and index dims: they
+        // must be tiled alike; every other operand dim is gathered.
+        let ints = |n: &str| -> Vec<usize> {
+            ins.attr_ints(n).unwrap_or(&[]).iter().map(|&d| d as usize).collect()
+        };
+        let mut op_sh = Sh::replicated(og.rank());
+        let op_batch = ints("operand_batching_dims");
+        let idx_batch = ints("start_indices_batching_dims");
+        for d in 0..idx_sh.rank() {
+            if let Some(k) = idx_batch.iter().position(|&b| b == d) {
+                op_sh.dims[op_batch[k]] = idx_sh.dims[d].clone();
+            }
+        }
+        let x = self.arr(cb, &ops[0], &og, &op_sh)?;
         let y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
         let batch_in: Vec<usize> = (0..ig.rank()).filter(|&d| d != ivd).collect();
         let batch_out: Vec<usize> = (0..ins.shape.rank())

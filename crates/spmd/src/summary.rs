@@ -6,14 +6,14 @@ use tpusim_hlo::attr::ReplicaGroups;
 use tpusim_hlo::printer::shape_text;
 use tpusim_hlo::{AttrValue, Module, Opcode};
 
-/// One collective operand: a combined (tuple) collective counts once per operand.
+/// One collective instruction.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Collective {
     /// `all-reduce`, `all-gather`, `reduce-scatter`, `all-to-all`, `collective-permute`.
     pub kind: String,
-    /// Bytes of the operand on one device.
+    /// Bytes one device contributes or receives (see [`summarize`]).
     pub bytes: u64,
-    /// Devices per replica group (for collective-permute: 2, one pair).
+    /// Devices per replica group (for collective-permute: its number of pairs).
     pub group: usize,
 }
 
@@ -45,30 +45,35 @@ fn group_size(ins: &tpusim_hlo::Instruction, devices: usize) -> usize {
             ReplicaGroups::Iota { group_size, .. } => *group_size as usize,
             other => other.expand().first().map_or(devices, Vec::len),
         },
-        _ if ins.attr("source_target_pairs").is_some() => 2,
         _ => devices,
     }
 }
 
+fn bytes(m: &Module, ids: &[tpusim_hlo::InstrId]) -> u64 {
+    ids.iter().map(|&o| m.instr(o).shape.byte_size()).sum()
+}
+
 /// The summary of a (partitioned) module; collectives inside called
-/// computations (loop bodies, async wrappers) count once each.
+/// computations (loop bodies, branches) count once each. Bytes per device:
+/// an all-gather's result, the operands of all-reduce, reduce-scatter and
+/// all-to-all, a collective-permute's data operand.
 pub fn summarize(m: &Module) -> Summary {
     let entry = m.entry();
+    let leaf_text = |s: &tpusim_hlo::Shape| -> Vec<String> {
+        s.leaves()
+            .iter()
+            .map(|a| shape_text(&tpusim_hlo::Shape::Array((*a).clone()).without_layouts()))
+            .collect()
+    };
     let params = entry
         .params
         .iter()
-        .map(|&p| shape_text(&m.instr(p).shape.without_layouts()))
+        .flat_map(|&p| leaf_text(&m.instr(p).shape))
         .collect();
-    let results = m
-        .instr(entry.root)
-        .shape
-        .leaves()
-        .iter()
-        .map(|a| shape_text(&tpusim_hlo::Shape::Array((*a).clone()).without_layouts()))
-        .collect();
+    let results = leaf_text(&m.instr(entry.root).shape);
     let devices = m.device_count().max(1) as usize;
     let mut collectives = Vec::new();
-    for c in m.comps.iter() {
+    for c in m.comps.iter().filter(|c| !c.is_async_sugar) {
         for &i in &c.instrs {
             let ins = m.instr(i);
             let op = match (ins.opcode, ins.async_sugar) {
@@ -76,17 +81,30 @@ pub fn summarize(m: &Module) -> Summary {
                 (op, _) => op,
             };
             let Some(kind) = kind_of(op) else { continue };
-            let group = group_size(ins, devices);
-            for &o in &ins.operands {
-                for leaf in m.instr(o).shape.leaves() {
-                    let bytes = tpusim_hlo::Shape::Array(leaf.clone()).byte_size();
-                    collectives.push(Collective {
-                        kind: kind.to_string(),
-                        bytes,
-                        group,
-                    });
+            let (bytes, group) = match kind {
+                "all-gather" => {
+                    let out = match &ins.shape {
+                        tpusim_hlo::Shape::Tuple(t) if op == Opcode::AllGatherStart => {
+                            t.last().map_or(0, tpusim_hlo::Shape::byte_size)
+                        }
+                        s => s.byte_size(),
+                    };
+                    (out, group_size(ins, devices))
                 }
-            }
+                "collective-permute" => {
+                    let pairs = match ins.attr("source_target_pairs") {
+                        Some(AttrValue::IntLists(p)) => p.len(),
+                        _ => 0,
+                    };
+                    (bytes(m, &ins.operands[..1.min(ins.operands.len())]), pairs)
+                }
+                _ => (bytes(m, &ins.operands), group_size(ins, devices)),
+            };
+            collectives.push(Collective {
+                kind: kind.to_string(),
+                bytes,
+                group,
+            });
         }
     }
     collectives.sort();
