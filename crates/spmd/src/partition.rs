@@ -565,14 +565,12 @@ impl<'m> Partitioner<'m> {
         let rfree: Vec<usize> = (0..rg.rank())
             .filter(|d| !rb.contains(d) && !rc.contains(d))
             .collect();
-        // Keep the bigger operand's sharding; reshard the cheaper one.
-        let lhs_big = lg.byte_size() >= rg.byte_size();
+        // The lhs (activations, in JAX programs) keeps its tiling on every dim;
+        // the rhs keeps its free dims' tiling where the axes are still free,
+        // and its batch/contracting tiling only where the lhs had none there.
         let mut used: Vec<Axis> = Vec::new();
         let take = |axes: &[Axis], used: &[Axis]| -> Vec<Axis> {
-            axes.iter()
-                .take_while(|a| !used.contains(a))
-                .copied()
-                .collect()
+            axes.iter().take_while(|a| !used.contains(a)).copied().collect()
         };
         let even = |axes: &[Axis], g: i64| g % i64::from(mesh.count(axes)) == 0;
         let mut lcs = Sh::replicated(lg.rank());
@@ -583,39 +581,28 @@ impl<'m> Partitioner<'m> {
             .zip(rb.iter().copied())
             .chain(lc.iter().copied().zip(rc.iter().copied()))
             .collect();
-        for &(l, r) in &pairs {
-            let (first, second) = if lhs_big {
-                (&ls.dims[l], &rs.dims[r])
-            } else {
-                (&rs.dims[r], &ls.dims[l])
-            };
-            let mut pick = take(first, &used);
-            if pick.is_empty() {
-                pick = take(second, &used);
-            }
-            if !even(&pick, lg.dims()[l]) {
+        for d in 0..lg.rank() {
+            let mut pick = take(&ls.dims[d], &used);
+            if !even(&pick, lg.dims()[d]) && !lfree.contains(&d) {
                 pick.clear();
             }
             used.extend(&pick);
-            lcs.dims[l] = pick.clone();
-            rcs.dims[r] = pick;
+            lcs.dims[d] = pick;
         }
-        let order: [bool; 2] = if lhs_big {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for is_lhs in order {
-            let (free, s, cs) = if is_lhs {
-                (&lfree, &ls, &mut lcs)
-            } else {
-                (&rfree, &rs, &mut rcs)
-            };
-            for &d in free {
-                let pick = take(&s.dims[d], &used);
-                used.extend(&pick);
-                cs.dims[d] = pick;
+        for &d in &rfree {
+            let pick = take(&rs.dims[d], &used);
+            used.extend(&pick);
+            rcs.dims[d] = pick;
+        }
+        for &(l, r) in &pairs {
+            if lcs.dims[l].is_empty() {
+                let pick = take(&rs.dims[r], &used);
+                if even(&pick, lg.dims()[l]) {
+                    used.extend(&pick);
+                    lcs.dims[l] = pick;
+                }
             }
+            rcs.dims[r] = lcs.dims[l].clone();
         }
         let x = self.arr(cb, &ops[0], &lg, &lcs)?;
         let y = self.arr(cb, &ops[1], &rg, &rcs)?;
@@ -789,7 +776,8 @@ impl<'m> Partitioner<'m> {
         } else {
             whole
         };
-        let mut target = ops[0].sh[0].without_partial();
+        let full = ops[0].sh[0].without_partial();
+        let mut target = full.clone();
         if target.rank() != rank {
             return self.replicated_fallback(cb, ins, ops);
         }
@@ -847,7 +835,20 @@ impl<'m> Partitioner<'m> {
             }
             _ => {}
         }
-        self.local_op(cb, ins, ids, target, attrs)
+        let v = self.local_op(cb, ins, ids, target, attrs)?;
+        // XLA propagates the operand's tiling through the op: the result is
+        // sliced back to it (a free dynamic-slice).
+        let back: Vec<Sh> = out_leaf
+            .iter()
+            .map(|l| {
+                if l.rank() == full.rank() {
+                    full.clone()
+                } else {
+                    Sh::replicated(l.rank())
+                }
+            })
+            .collect();
+        self.reshard_val(cb, &v, &ins.shape, &back)
     }
 
     fn gather(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {

@@ -60,6 +60,7 @@ pub fn run_case(dir: &Path) -> Result<(), String> {
         ..Default::default()
     };
     let got = tpusim_interp::run_global(&post, args, &opts).map_err(err)?;
+    let low_precision = text.contains("bf16[") || text.contains("f16[");
     if got.len() != want.len() {
         return Err(format!("{} outputs, JAX has {}", got.len(), want.len()));
     }
@@ -69,7 +70,9 @@ pub fn run_case(dir: &Path) -> Result<(), String> {
             return Err(format!("output {k}: dims {:?}, JAX {:?}", g.dims, w.dims));
         }
         let (gv, wv) = (g.to_f64s(), w.to_f64s());
-        let tol = if g.ty.bit_width() <= 16 { 2e-2 } else { 1e-4 };
+        // bf16 programs round every intermediate: a different (but equally
+        // valid) summation order of partial results moves f32 outputs too.
+        let tol = if g.ty.bit_width() <= 16 || low_precision { 2e-2 } else { 1e-4 };
         for (i, (a, b)) in gv.iter().zip(&wv).enumerate() {
             let ok = (a - b).abs() <= tol * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
             if !ok {
