@@ -107,7 +107,10 @@ const TOP_OPS: usize = 15;
 
 pub fn run(args: &Args) -> Result<bool> {
     let chip = args.chip.load()?;
-    let modules = input::load(&args.file)?;
+    let mut modules = Vec::new();
+    for (m, _) in input::load(&args.file)? {
+        modules.push(input::partition_if_needed(m)?);
+    }
     let mut models = Vec::new();
     for (m, _) in &modules {
         models.push(args.pod.model(&chip, m)?);
@@ -116,9 +119,13 @@ pub fn run(args: &Args) -> Result<bool> {
         modules
             .iter()
             .zip(&models)
-            .map(|((m, _), model)| match model {
-                Some(pod) => tpusim_perf::analyze_with(m, &chip, pod),
-                None => tpusim_perf::analyze_with(m, &chip, &LocalOnly),
+            .map(|((m, note), model)| {
+                let mut a = match model {
+                    Some(pod) => tpusim_perf::analyze_with(m, &chip, pod),
+                    None => tpusim_perf::analyze_with(m, &chip, &LocalOnly),
+                };
+                a.assumptions.splice(0..0, note.iter().cloned());
+                a
             })
             .collect()
     });

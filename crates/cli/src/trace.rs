@@ -28,7 +28,9 @@ pub fn run(args: &Args) -> Result<bool> {
     let chip = args.chip.load()?;
     let modules = input::load(&args.file)?;
     let several = modules.len() > 1;
-    for (m, _) in &modules {
+    for (m, _) in modules {
+        let (m, note) = input::partition_if_needed(m)?;
+        let m = &m;
         let dir = if several {
             args.out.join(folder_name(&m.name))
         } else {
@@ -40,7 +42,8 @@ pub fn run(args: &Args) -> Result<bool> {
             None => &LocalOnly,
         };
         let views = crate::progress::with_spinner("simulating", || -> Result<Views> {
-            let analysis = tpusim_perf::analyze_with(m, &chip, comm);
+            let mut analysis = tpusim_perf::analyze_with(m, &chip, comm);
+            analysis.assumptions.splice(0..0, note.iter().cloned());
             write_views(m, &chip, &analysis, comm, &dir)
         })?;
         print_views(&views, &dir);

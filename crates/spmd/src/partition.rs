@@ -570,7 +570,10 @@ impl<'m> Partitioner<'m> {
         // and its batch/contracting tiling only where the lhs had none there.
         let mut used: Vec<Axis> = Vec::new();
         let take = |axes: &[Axis], used: &[Axis]| -> Vec<Axis> {
-            axes.iter().take_while(|a| !used.contains(a)).copied().collect()
+            axes.iter()
+                .take_while(|a| !used.contains(a))
+                .copied()
+                .collect()
         };
         let even = |axes: &[Axis], g: i64| g % i64::from(mesh.count(axes)) == 0;
         let mut lcs = Sh::replicated(lg.rank());
@@ -870,7 +873,11 @@ impl<'m> Partitioner<'m> {
         // Batching dims (take_along_axis) pair operand and index dims: they
         // must be tiled alike; every other operand dim is gathered.
         let ints = |n: &str| -> Vec<usize> {
-            ins.attr_ints(n).unwrap_or(&[]).iter().map(|&d| d as usize).collect()
+            ins.attr_ints(n)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&d| d as usize)
+                .collect()
         };
         let mut op_sh = Sh::replicated(og.rank());
         let op_batch = ints("operand_batching_dims");

@@ -22,7 +22,11 @@ struct Structure {
 
 fn strings(v: &serde_json::Value) -> Vec<String> {
     v.as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -73,7 +77,10 @@ fn difference(dir: &Path) -> Option<String> {
         why.push(format!("params {:?} vs XLA {:?}", got.params, want.params));
     }
     if got.results != want.results {
-        why.push(format!("results {:?} vs XLA {:?}", got.results, want.results));
+        why.push(format!(
+            "results {:?} vs XLA {:?}",
+            got.results, want.results
+        ));
     }
     if got.collectives != want.collectives {
         why.push(format!(
@@ -105,7 +112,11 @@ fn structure_cases() -> Vec<std::path::PathBuf> {
 fn partitioned_structure_matches_xla_or_is_a_listed_difference() {
     let listed = listed_differences();
     let dirs = structure_cases();
-    assert!(dirs.len() >= 60, "only {} cases with structure.json", dirs.len());
+    assert!(
+        dirs.len() >= 60,
+        "only {} cases with structure.json",
+        dirs.len()
+    );
     let mut errors = Vec::new();
     let mut equal = 0;
     for dir in &dirs {
@@ -120,7 +131,10 @@ fn partitioned_structure_matches_xla_or_is_a_listed_difference() {
         }
     }
     assert!(errors.is_empty(), "{}", errors.join("\n"));
-    assert!(equal + listed.len() >= dirs.len(), "every case is accounted for");
+    assert!(
+        equal + listed.len() >= dirs.len(),
+        "every case is accounted for"
+    );
 }
 
 #[test]

@@ -72,7 +72,11 @@ pub fn run_case(dir: &Path) -> Result<(), String> {
         let (gv, wv) = (g.to_f64s(), w.to_f64s());
         // bf16 programs round every intermediate: a different (but equally
         // valid) summation order of partial results moves f32 outputs too.
-        let tol = if g.ty.bit_width() <= 16 || low_precision { 2e-2 } else { 1e-4 };
+        let tol = if g.ty.bit_width() <= 16 || low_precision {
+            2e-2
+        } else {
+            1e-4
+        };
         for (i, (a, b)) in gv.iter().zip(&wv).enumerate() {
             let ok = (a - b).abs() <= tol * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
             if !ok {
