@@ -388,6 +388,7 @@ impl<'m> Partitioner<'m> {
             Slice | Pad | Reverse | Sort | DynamicSlice | DynamicUpdateSlice | Concatenate
             | ReduceWindow => self.dim_constrained(cb, ins, ops),
             Gather => self.gather(cb, ins, ops),
+            Scatter => self.scatter(cb, ins, ops),
             While => self.while_loop(cb, ins, ops),
             Call => {
                 let callee = ins
@@ -404,7 +405,7 @@ impl<'m> Partitioner<'m> {
             Conditional => self.conditional(cb, ins, ops),
             CustomCall => self.custom_call(cb, ins, ops),
             Convolution => self.convolution(cb, ins, ops),
-            Scatter | Map | Fft | Cholesky | TriangularSolve | SelectAndScatter | Rng
+            Map | Fft | Cholesky | TriangularSolve | SelectAndScatter | Rng
             | RngBitGenerator | BatchNormInference | BatchNormTraining | BatchNormGrad | TopK
             | Copy | ReducePrecision | BitcastConvert | OptBarrier | AddDependency
             | Domain => self.replicated_fallback(cb, ins, ops),
@@ -887,6 +888,34 @@ impl<'m> Partitioner<'m> {
                 op_sh.dims[op_batch[k]] = idx_sh.dims[d].clone();
             }
         }
+        // Operand dims taken whole by every slice pass through to the output's
+        // offset dims with their tiling (no communication).
+        let collapsed = ints("collapsed_slice_dims");
+        let index_map = ints("start_index_map");
+        let mut slice_sizes: Vec<i64> = ins.attr_ints("slice_sizes").unwrap_or(&[]).to_vec();
+        let window: Vec<usize> = (0..og.rank())
+            .filter(|d| !collapsed.contains(d) && !op_batch.contains(d))
+            .collect();
+        let mut used = idx_sh.used();
+        let os = ops[0].sh[0].without_partial();
+        for &d in &window {
+            let whole = slice_sizes.get(d) == og.dims().get(d);
+            if whole && !index_map.contains(&d) {
+                let pick: Vec<Axis> = os.dims[d]
+                    .iter()
+                    .take_while(|a| !used.contains(a))
+                    .copied()
+                    .collect();
+                used.extend(&pick);
+                op_sh.dims[d] = pick;
+            }
+        }
+        let local_op = op_sh.local_dims(&self.out.mesh, og.dims());
+        for &d in &window {
+            if !op_sh.dims[d].is_empty() {
+                slice_sizes[d] = local_op[d];
+            }
+        }
         let x = self.arr(cb, &ops[0], &og, &op_sh)?;
         let y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
         let batch_in: Vec<usize> = (0..ig.rank()).filter(|&d| d != ivd).collect();
@@ -897,7 +926,12 @@ impl<'m> Partitioner<'m> {
         for (bo, bi) in batch_out.iter().zip(&batch_in) {
             out.dims[*bo] = idx_sh.dims[*bi].clone();
         }
-        self.local_op(cb, ins, vec![x, y], out, ins.attrs.clone())
+        for (&o, &d) in offset.iter().zip(&window) {
+            out.dims[o] = op_sh.dims[d].clone();
+        }
+        let mut attrs = ins.attrs.clone();
+        set_attr(&mut attrs, "slice_sizes", AttrValue::Ints(slice_sizes));
+        self.local_op(cb, ins, vec![x, y], out, attrs)
     }
 
     fn convolution(
@@ -918,10 +952,22 @@ impl<'m> Partitioner<'m> {
         let ib = dl.input_batch as usize;
         let mut ls = Sh::replicated(lg.rank());
         ls.dims[ib] = ops[0].sh[0].dims.get(ib).cloned().unwrap_or_default();
+        // The kernel's output features keep their tiling where its axes are free
+        // (and there is no feature grouping to keep aligned).
+        let mut rs = Sh::replicated(rg.rank());
+        let kof = dl.kernel_output_feature as usize;
+        if ins.attr_int("feature_group_count").unwrap_or(1) == 1 {
+            rs.dims[kof] = ops[1].sh[0]
+                .dims
+                .get(kof)
+                .map(|axes| axes.iter().take_while(|a| !ls.dims[ib].contains(a)).copied().collect())
+                .unwrap_or_default();
+        }
         let x = self.arr(cb, &ops[0], &lg, &ls)?;
-        let y = self.arr(cb, &ops[1], &rg, &Sh::replicated(rg.rank()))?;
+        let y = self.arr(cb, &ops[1], &rg, &rs)?;
         let mut out = Sh::replicated(ins.shape.rank());
         out.dims[dl.output_batch as usize] = ls.dims[ib].clone();
+        out.dims[dl.output_feature as usize] = rs.dims[kof].clone();
         self.local_op(cb, ins, vec![x, y], out, ins.attrs.clone())
     }
 
@@ -1277,6 +1323,66 @@ impl Partitioner<'_> {
         Ok(Val {
             id: ids[0],
             sh: shs,
+        })
+    }
+}
+
+impl Partitioner<'_> {
+    /// Scatter-add with indices tiled along their batch dims (an embedding
+    /// gradient): every device scatters its updates into zeros, the partial
+    /// results are all-reduced and added to the (replicated) operand, as XLA's
+    /// index-parallel strategy does. Other scatters run replicated.
+    fn scatter(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let is_add = ops.len() == 3
+            && ins.attr_comp("to_apply").is_some_and(|c| {
+                let c = src.comp(c);
+                src.instr(c.root).opcode == Opcode::Add && c.params.len() == 2
+            });
+        let ig = src.instr(ins.operands[1]).shape.clone();
+        let ug = src.instr(ins.operands[2]).shape.clone();
+        let og = src.instr(ins.operands[0]).shape.clone();
+        let ivd = ins.attr_int("index_vector_dim").unwrap_or(ig.rank() as i64) as usize;
+        let window: Vec<usize> = ins
+            .attr_ints("update_window_dims")
+            .unwrap_or(&[])
+            .iter()
+            .map(|&d| d as usize)
+            .collect();
+        let has_batching = ins.attr_ints("input_batching_dims").is_some_and(|d| !d.is_empty());
+        let mut idx_sh = ops[1].sh[0].without_partial();
+        if let Some(d) = idx_sh.dims.get_mut(ivd) {
+            d.clear();
+        }
+        if !is_add || has_batching || idx_sh.used().is_empty() || og.as_array().is_none() {
+            return self.replicated_fallback(cb, ins, ops);
+        }
+        let batch_in: Vec<usize> = (0..ig.rank()).filter(|&d| d != ivd).collect();
+        let scatter_dims: Vec<usize> = (0..ug.rank()).filter(|d| !window.contains(d)).collect();
+        let mut upd_sh = Sh::replicated(ug.rank());
+        for (&u, &i) in scatter_dims.iter().zip(&batch_in) {
+            upd_sh.dims[u] = idx_sh.dims[i].clone();
+        }
+        let partial = idx_sh.used();
+        let operand = self.arr(cb, &ops[0], &og, &Sh::replicated(og.rank()))?;
+        let idx = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        let upd = self.arr(cb, &ops[2], &ug, &upd_sh)?;
+        let ty = self.out.ty(operand);
+        let zero = self.out.zero(cb, ty);
+        let zeros = self.out.emit(
+            cb,
+            "broadcast",
+            Opcode::Broadcast,
+            og.clone(),
+            vec![zero],
+            vec![attr("dimensions", AttrValue::Ints(vec![]))],
+        );
+        let local = self.copy_as(cb, ins, og.clone(), vec![zeros, idx, upd], ins.attrs.clone());
+        let summed = self.out.all_reduce(cb, local, &partial, ins.attr_comp("to_apply"));
+        let id = self.out.emit(cb, "add", Opcode::Add, og.clone(), vec![operand, summed], vec![]);
+        Ok(Val {
+            id,
+            sh: vec![Sh::replicated(og.rank())],
         })
     }
 }
