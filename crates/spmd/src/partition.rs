@@ -587,7 +587,7 @@ impl<'m> Partitioner<'m> {
             .collect();
         for d in 0..lg.rank() {
             let mut pick = take(&ls.dims[d], &used);
-            if !even(&pick, lg.dims()[d]) && !lfree.contains(&d) {
+            if !even(&pick, lg.dims()[d]) && lb.contains(&d) {
                 pick.clear();
             }
             used.extend(&pick);
@@ -601,15 +601,32 @@ impl<'m> Partitioner<'m> {
         for &(l, r) in &pairs {
             if lcs.dims[l].is_empty() {
                 let pick = take(&rs.dims[r], &used);
-                if even(&pick, lg.dims()[l]) {
+                if even(&pick, lg.dims()[l]) || lc.contains(&l) {
                     used.extend(&pick);
                     lcs.dims[l] = pick;
                 }
             }
             rcs.dims[r] = lcs.dims[l].clone();
         }
-        let x = self.arr(cb, &ops[0], &lg, &lcs)?;
-        let y = self.arr(cb, &ops[1], &rg, &rcs)?;
+        let mut x = self.arr(cb, &ops[0], &lg, &lcs)?;
+        let mut y = self.arr(cb, &ops[1], &rg, &rcs)?;
+        // Uneven contracting tiles hold padding: zero it on both sides before
+        // the partial products (as XLA masks).
+        let uneven = lc
+            .iter()
+            .any(|&d| lg.dims()[d] % i64::from(mesh.count(&lcs.dims[d])) != 0);
+        if uneven {
+            let mut lmask = Sh::replicated(lg.rank());
+            let mut rmask = Sh::replicated(rg.rank());
+            for (&l, &r) in lc.iter().zip(&rc) {
+                lmask.dims[l] = lcs.dims[l].clone();
+                rmask.dims[r] = rcs.dims[r].clone();
+            }
+            let zl = self.out.zero(cb, self.out.ty(x));
+            x = self.out.mask_padding(cb, x, &lmask, lg.dims(), zl);
+            let zr = self.out.zero(cb, self.out.ty(y));
+            y = self.out.mask_padding(cb, y, &rmask, rg.dims(), zr);
+        }
         let mut out = Sh::replicated(ins.shape.rank());
         let mut k = 0;
         for &d in &lb {
@@ -960,7 +977,12 @@ impl<'m> Partitioner<'m> {
             rs.dims[kof] = ops[1].sh[0]
                 .dims
                 .get(kof)
-                .map(|axes| axes.iter().take_while(|a| !ls.dims[ib].contains(a)).copied().collect())
+                .map(|axes| {
+                    axes.iter()
+                        .take_while(|a| !ls.dims[ib].contains(a))
+                        .copied()
+                        .collect()
+                })
                 .unwrap_or_default();
         }
         let x = self.arr(cb, &ops[0], &lg, &ls)?;
@@ -1332,7 +1354,12 @@ impl Partitioner<'_> {
     /// gradient): every device scatters its updates into zeros, the partial
     /// results are all-reduced and added to the (replicated) operand, as XLA's
     /// index-parallel strategy does. Other scatters run replicated.
-    fn scatter(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {
+    fn scatter(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
         let src = self.src;
         let is_add = ops.len() == 3
             && ins.attr_comp("to_apply").is_some_and(|c| {
@@ -1349,7 +1376,9 @@ impl Partitioner<'_> {
             .iter()
             .map(|&d| d as usize)
             .collect();
-        let has_batching = ins.attr_ints("input_batching_dims").is_some_and(|d| !d.is_empty());
+        let has_batching = ins
+            .attr_ints("input_batching_dims")
+            .is_some_and(|d| !d.is_empty());
         let mut idx_sh = ops[1].sh[0].without_partial();
         if let Some(d) = idx_sh.dims.get_mut(ivd) {
             d.clear();
@@ -1377,9 +1406,24 @@ impl Partitioner<'_> {
             vec![zero],
             vec![attr("dimensions", AttrValue::Ints(vec![]))],
         );
-        let local = self.copy_as(cb, ins, og.clone(), vec![zeros, idx, upd], ins.attrs.clone());
-        let summed = self.out.all_reduce(cb, local, &partial, ins.attr_comp("to_apply"));
-        let id = self.out.emit(cb, "add", Opcode::Add, og.clone(), vec![operand, summed], vec![]);
+        let local = self.copy_as(
+            cb,
+            ins,
+            og.clone(),
+            vec![zeros, idx, upd],
+            ins.attrs.clone(),
+        );
+        let summed = self
+            .out
+            .all_reduce(cb, local, &partial, ins.attr_comp("to_apply"));
+        let id = self.out.emit(
+            cb,
+            "add",
+            Opcode::Add,
+            og.clone(),
+            vec![operand, summed],
+            vec![],
+        );
         Ok(Val {
             id,
             sh: vec![Sh::replicated(og.rank())],

@@ -13,7 +13,8 @@ fn partition_text(text: &str, devices: Option<u32>) -> Result<tpusim_hlo::Module
     )
 }
 
-const MESH_2X4: &str = r#"frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["data"=2, "model"=4]>}}"#;
+const MESH_2X4: &str =
+    r#"frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["data"=2, "model"=4]>}}"#;
 
 #[test]
 fn tile_count_other_than_the_device_count_names_instruction_and_sharding() {
@@ -21,9 +22,22 @@ fn tile_count_other_than_the_device_count_names_instruction_and_sharding() {
         "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[4,1]<=[4]}}\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
     );
     let e = partition_text(&text, None).unwrap_err();
-    assert!(matches!(e, SpmdError::TileCount { tiles: 4, devices: 8, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            SpmdError::TileCount {
+                tiles: 4,
+                devices: 8,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let msg = e.to_string();
-    assert!(msg.contains("x.1") && msg.contains("devices=[4,1]"), "{msg}");
+    assert!(
+        msg.contains("x.1") && msg.contains("devices=[4,1]"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -88,5 +102,8 @@ fn an_irregular_device_order_is_a_sharding_error() {
         "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[8,1]0,3,1,2,4,5,6,7}}\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
     );
     let e = partition_text(&text, None).unwrap_err();
-    assert!(matches!(&e, SpmdError::BadSharding { instr, .. } if instr == "x.1"), "{e}");
+    assert!(
+        matches!(&e, SpmdError::BadSharding { instr, .. } if instr == "x.1"),
+        "{e}"
+    );
 }
