@@ -157,7 +157,15 @@ pub fn mesh_of(m: &Module, options: &PartitionOptions) -> Result<Vec<(String, u3
     }
     match sdy {
         Some(axes) if sdy_n == Some(n) => Ok(axes),
-        _ => Ok(vec![("devices".to_string(), n)]),
+        Some(axes) => Err(SpmdError::Mesh(format!(
+            "{n} devices asked for, but the module's Shardy mesh ({}) has {}",
+            axes.iter()
+                .map(|(a, s)| format!("{a}={s}"))
+                .collect::<Vec<_>>()
+                .join(" x "),
+            sdy_n.unwrap_or(1)
+        ))),
+        None => Ok(vec![("devices".to_string(), n)]),
     }
 }
 

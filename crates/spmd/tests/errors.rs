@@ -41,12 +41,30 @@ fn tile_count_other_than_the_device_count_names_instruction_and_sharding() {
 }
 
 #[test]
-fn asking_for_another_device_count_is_a_tile_count_error() {
+fn asking_for_another_device_count_is_an_error() {
+    // Without a mesh: the sharding's tile count is checked.
+    let text = "HloModule m\nENTRY e {\n  x.1 = f32[8,8] parameter(0), sharding={devices=[8,1]<=[8]}\n  ROOT n = f32[8,8] negate(x.1)\n}\n";
+    let e = partition_text(text, Some(4)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SpmdError::TileCount {
+                devices: 4,
+                tiles: 8,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // With a Shardy mesh: the mesh's size is.
     let text = format!(
         "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[8,1]<=[8]}}\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
     );
     let e = partition_text(&text, Some(4)).unwrap_err();
-    assert!(matches!(e, SpmdError::TileCount { devices: 4, .. }), "{e}");
+    assert!(
+        matches!(&e, SpmdError::Mesh(why) if why.contains("data=2 x model=4")),
+        "{e}"
+    );
 }
 
 #[test]
