@@ -572,6 +572,9 @@ impl Out {
         if from == to {
             return Ok(x);
         }
+        if let Some(b) = self.rebroadcast(cb, x, global, from, to) {
+            return Ok(b);
+        }
         let mesh = self.mesh.clone();
         let mut cur = x;
         let mut s = from.clone();
@@ -675,6 +678,43 @@ impl Out {
             cur = self.dynamic_slice(cb, cur, offsets, &sizes);
         }
         Ok(cur)
+    }
+}
+
+impl Out {
+    /// A replicated broadcast tiled only along the dims it creates is the same
+    /// broadcast at the local shape (XLA never materializes the global one).
+    fn rebroadcast(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        global: &[i64],
+        from: &Sh,
+        to: &Sh,
+    ) -> Option<InstrId> {
+        let ins = self.m.instr(x);
+        if ins.opcode != Opcode::Broadcast || !from.is_replicated() || !to.partial.is_empty() {
+            return None;
+        }
+        let mapped: Vec<usize> = ins
+            .attr_ints("dimensions")?
+            .iter()
+            .map(|&d| d as usize)
+            .collect();
+        if (0..to.rank()).any(|d| mapped.contains(&d) && !to.dims[d].is_empty()) {
+            return None;
+        }
+        let operand = *ins.operands.first()?;
+        let attrs = ins.attrs.clone();
+        let shape = Shape::array(self.ty(x), to.local_dims(&self.mesh, global));
+        Some(self.emit(
+            cb,
+            "broadcast",
+            Opcode::Broadcast,
+            shape,
+            vec![operand],
+            attrs,
+        ))
     }
 }
 

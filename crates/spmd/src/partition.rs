@@ -13,6 +13,9 @@ use tpusim_hlo::{AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape}
 /// Deepest nesting of called computations (while, conditional, call) followed.
 const MAX_NESTING: usize = 64;
 
+/// Loops nested at most this deep get an exploratory pass over their body.
+const EXPLORE_LOOPS_DEPTH: usize = 3;
+
 /// A partitioned value: its id in the output module and a sharding per leaf.
 #[derive(Clone, Debug)]
 pub struct Val {
@@ -797,7 +800,24 @@ impl<'m> Partitioner<'m> {
         } else {
             whole
         };
-        let full = ops[0].sh[0].without_partial();
+        let mut full = ops[0].sh[0].without_partial();
+        if ins.opcode == Opcode::DynamicUpdateSlice {
+            // The update's tiling flows into the buffer (a scan's stacked
+            // outputs): untiled buffer dims take the update's axes when free.
+            let us = ops[1].sh[0].without_partial();
+            let mut used = full.used();
+            for d in 0..full.rank().min(us.rank()) {
+                if full.dims[d].is_empty() && !whole.contains(&d) {
+                    let pick: Vec<Axis> = us.dims[d]
+                        .iter()
+                        .take_while(|a| !used.contains(a))
+                        .copied()
+                        .collect();
+                    used.extend(&pick);
+                    full.dims[d] = pick;
+                }
+            }
+        }
         let mut target = full.clone();
         if target.rank() != rank {
             return self.replicated_fallback(cb, ins, ops);
@@ -1003,7 +1023,23 @@ impl<'m> Partitioner<'m> {
             return Err(self.unsupported(ins, "while without body or condition"));
         };
         let g = &self.src.instr(ins.operands[0]).shape;
-        let carried: Vec<Sh> = ops[0].sh.iter().map(Sh::without_partial).collect();
+        let mut carried: Vec<Sh> = ops[0].sh.iter().map(Sh::without_partial).collect();
+        // XLA also propagates a loop's shardings backward from its body: a
+        // carried value that enters untiled (a zero-initialized scan buffer) but
+        // that the body tiles is carried tiled. One exploratory pass of the body
+        // finds those (bounded to shallow nesting: each level doubles the work).
+        if self.depth < EXPLORE_LOOPS_DEPTH {
+            let (_, natural) = self.computation(body, std::slice::from_ref(&carried), None)?;
+            let mesh = self.out.mesh.clone();
+            for (c, n) in carried.iter_mut().zip(natural) {
+                if c.rank() == n.rank()
+                    && c.total_tiles(&mesh) < n.total_tiles(&mesh)
+                    && c.used().iter().all(|a| n.used().contains(a))
+                {
+                    *c = n.without_partial();
+                }
+            }
+        }
         let init = self.reshard_val(cb, &ops[0], g, &carried)?;
         let (b, _) = self.computation(body, std::slice::from_ref(&carried), Some(&carried))?;
         let (c, _) = self.computation(
