@@ -249,53 +249,7 @@ impl<'m> Partitioner<'m> {
         let src = self.src;
         let comp = src.comp(c);
         let mut cb = self.out.begin(&comp.name);
-        let mut vals: FxHashMap<InstrId, Val> = FxHashMap::default();
-        for &i in &comp.instrs {
-            let ins = src.instr(i);
-            let v = if let Some(n) = ins.parameter_number {
-                let sh = params
-                    .get(n as usize)
-                    .cloned()
-                    .ok_or_else(|| SpmdError::Internal(format!("no sharding for parameter {n}")))?;
-                let shape = self.local_shape(&ins.shape, &sh);
-                let id = self.out.emit_full(
-                    &mut cb,
-                    ins.name.clone(),
-                    Opcode::Parameter,
-                    shape,
-                    vec![],
-                    clean_attrs(&ins.attrs),
-                    Some(n),
-                    None,
-                );
-                Val { id, sh }
-            } else {
-                let ops: Vec<Val> = ins
-                    .operands
-                    .iter()
-                    .map(|o| {
-                        vals.get(o).cloned().ok_or_else(|| {
-                            SpmdError::Internal(format!(
-                                "operand of '{}' not yet partitioned",
-                                ins.name
-                            ))
-                        })
-                    })
-                    .collect::<Result<_, _>>()?;
-                let v = self.instruction(&mut cb, i, &ops)?;
-                match self.annotation(ins)? {
-                    Some(to) if ins.opcode != Opcode::CustomCall && i != comp.root => {
-                        self.reshard_val(&mut cb, &v, &ins.shape, &to)?
-                    }
-                    _ => v,
-                }
-            };
-            vals.insert(i, v);
-        }
-        let root = vals
-            .get(&comp.root)
-            .cloned()
-            .ok_or_else(|| SpmdError::Internal("no root".into()))?;
+        let root = self.walk(&mut cb, c, params, None)?;
         let root_ins = src.instr(comp.root);
         let mut target: Vec<Sh> = match root_to {
             Some(t) => t.to_vec(),
@@ -312,6 +266,72 @@ impl<'m> Partitioner<'m> {
         self.out.finish(cb, root.id);
         self.depth -= 1;
         Ok((new, target))
+    }
+
+    /// Emits the instructions of computation `c` into `cb`: its parameters
+    /// become new parameters with shardings `params`, or (inlining a call, as
+    /// XLA's CallInliner does before partitioning) the values `args`. Returns
+    /// the root's value.
+    fn walk(
+        &mut self,
+        cb: &mut CompB,
+        c: CompId,
+        params: &[Vec<Sh>],
+        args: Option<&[Val]>,
+    ) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let comp = src.comp(c);
+        let mut vals: FxHashMap<InstrId, Val> = FxHashMap::default();
+        for &i in &comp.instrs {
+            let ins = src.instr(i);
+            let v = match (ins.parameter_number, args) {
+                (Some(n), Some(args)) => args
+                    .get(n as usize)
+                    .cloned()
+                    .ok_or_else(|| SpmdError::Internal(format!("no argument {n}")))?,
+                (Some(n), None) => {
+                    let sh = params.get(n as usize).cloned().ok_or_else(|| {
+                        SpmdError::Internal(format!("no sharding for parameter {n}"))
+                    })?;
+                    let shape = self.local_shape(&ins.shape, &sh);
+                    let id = self.out.emit_full(
+                        cb,
+                        ins.name.clone(),
+                        Opcode::Parameter,
+                        shape,
+                        vec![],
+                        clean_attrs(&ins.attrs),
+                        Some(n),
+                        None,
+                    );
+                    Val { id, sh }
+                }
+                (None, _) => {
+                    let ops: Vec<Val> = ins
+                        .operands
+                        .iter()
+                        .map(|o| {
+                            vals.get(o).cloned().ok_or_else(|| {
+                                SpmdError::Internal(format!(
+                                    "operand of '{}' not yet partitioned",
+                                    ins.name
+                                ))
+                            })
+                        })
+                        .collect::<Result<_, _>>()?;
+                    let v = self.instruction(cb, i, &ops)?;
+                    match self.annotation(ins)? {
+                        Some(to) if ins.opcode != Opcode::CustomCall && i != comp.root => {
+                            self.reshard_val(cb, &v, &ins.shape, &to)?
+                        }
+                        _ => v,
+                    }
+                }
+            };
+            vals.insert(i, v);
+        }
+        vals.remove(&comp.root)
+            .ok_or_else(|| SpmdError::Internal("no root".into()))
     }
 
     fn instruction(&mut self, cb: &mut CompB, i: InstrId, ops: &[Val]) -> Result<Val, SpmdError> {
@@ -397,13 +417,20 @@ impl<'m> Partitioner<'m> {
                 let callee = ins
                     .attr_comp("to_apply")
                     .ok_or_else(|| self.unsupported(ins, "call without to_apply"))?;
-                let params: Vec<Vec<Sh>> = ops.iter().map(|o| o.sh.clone()).collect();
-                let (c, sh) = self.computation(callee, &params, None)?;
-                let mut attrs = clean_attrs(&ins.attrs);
-                set_attr(&mut attrs, "to_apply", AttrValue::Comp(c));
-                let shape = self.local_shape(&ins.shape, &sh);
-                let id = self.copy_as(cb, ins, shape, ops.iter().map(|o| o.id).collect(), attrs);
-                Ok(Val { id, sh })
+                self.depth += 1;
+                if self.depth > MAX_NESTING {
+                    return Err(SpmdError::Internal(format!(
+                        "computations nested more than {MAX_NESTING} deep"
+                    )));
+                }
+                let v = self.walk(cb, callee, &[], Some(ops));
+                self.depth -= 1;
+                let v = v?;
+                let root = src.instr(src.comp(callee).root);
+                match self.annotation(root)? {
+                    Some(to) => self.reshard_val(cb, &v, &ins.shape, &to),
+                    None => Ok(v),
+                }
             }
             Conditional => self.conditional(cb, ins, ops),
             CustomCall => self.custom_call(cb, ins, ops),
