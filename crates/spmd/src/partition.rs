@@ -1446,6 +1446,9 @@ impl Partitioner<'_> {
         if let Some(d) = idx_sh.dims.get_mut(ivd) {
             d.clear();
         }
+        if has_batching && ops.len() == 3 {
+            return self.scatter_batched(cb, ins, ops, idx_sh, ivd, &window);
+        }
         if !is_add || has_batching || idx_sh.used().is_empty() || og.as_array().is_none() {
             return self.replicated_fallback(cb, ins, ops);
         }
@@ -1491,5 +1494,55 @@ impl Partitioner<'_> {
             id,
             sh: vec![Sh::replicated(og.rank())],
         })
+    }
+}
+
+impl Partitioner<'_> {
+    /// Scatter with batching dims (the gradient of take_along_axis): operand
+    /// and updates are tiled like the indices' batching dims, so every device
+    /// scatters into its own slice, with no communication (as XLA does).
+    fn scatter_batched(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+        mut idx_sh: Sh,
+        ivd: usize,
+        window: &[usize],
+    ) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let og = src.instr(ins.operands[0]).shape.clone();
+        let ig = src.instr(ins.operands[1]).shape.clone();
+        let ug = src.instr(ins.operands[2]).shape.clone();
+        let ints = |n: &str| -> Vec<usize> {
+            ins.attr_ints(n)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&d| d as usize)
+                .collect()
+        };
+        let op_batch = ints("input_batching_dims");
+        let idx_batch = ints("scatter_indices_batching_dims");
+        for d in 0..idx_sh.rank() {
+            if !idx_batch.contains(&d) {
+                idx_sh.dims[d].clear();
+            }
+        }
+        let mut op_sh = Sh::replicated(og.rank());
+        for (k, &d) in idx_batch.iter().enumerate() {
+            if let (Some(&o), Some(axes)) = (op_batch.get(k), idx_sh.dims.get(d)) {
+                op_sh.dims[o] = axes.clone();
+            }
+        }
+        let batch_in: Vec<usize> = (0..ig.rank()).filter(|&d| d != ivd).collect();
+        let scatter_dims: Vec<usize> = (0..ug.rank()).filter(|d| !window.contains(d)).collect();
+        let mut upd_sh = Sh::replicated(ug.rank());
+        for (&u, &i) in scatter_dims.iter().zip(&batch_in) {
+            upd_sh.dims[u] = idx_sh.dims[i].clone();
+        }
+        let x = self.arr(cb, &ops[0], &og, &op_sh)?;
+        let y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        let z = self.arr(cb, &ops[2], &ug, &upd_sh)?;
+        self.local_op(cb, ins, vec![x, y, z], op_sh, ins.attrs.clone())
     }
 }
