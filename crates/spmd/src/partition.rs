@@ -29,6 +29,11 @@ pub struct Partitioner<'m> {
     depth: usize,
     /// Manual axes of the enclosing shard_map regions (innermost last).
     manual: Vec<Vec<String>>,
+    /// Array leaves of computation parameters: value id -> (parameter id, leaf).
+    leaf_origin: FxHashMap<InstrId, (InstrId, usize)>,
+    /// The first tiling some op asked of an untiled parameter leaf (how XLA's
+    /// backward propagation would have tiled a loop-carried value).
+    wanted: FxHashMap<(InstrId, usize), Sh>,
 }
 
 fn leaves_of(shape: &Shape) -> Vec<Shape> {
@@ -52,6 +57,8 @@ impl<'m> Partitioner<'m> {
             out,
             depth: 0,
             manual: Vec::new(),
+            leaf_origin: FxHashMap::default(),
+            wanted: FxHashMap::default(),
         }
     }
 
@@ -228,6 +235,11 @@ impl<'m> Partitioner<'m> {
         global: &Shape,
         to: &Sh,
     ) -> Result<InstrId, SpmdError> {
+        if let Some(&origin) = self.leaf_origin.get(&v.id) {
+            if v.sh[0].is_replicated() && !to.is_replicated() {
+                self.wanted.entry(origin).or_insert_with(|| to.clone());
+            }
+        }
         self.out.reshard(cb, v.id, global.dims(), &v.sh[0], to)
     }
 
@@ -406,6 +418,9 @@ impl<'m> Partitioner<'m> {
                 let sh = ops[0].sh[start..start + n].to_vec();
                 let shape = self.local_shape(&ins.shape, &sh);
                 let id = self.copy_as(cb, ins, shape, vec![ops[0].id], clean_attrs(&ins.attrs));
+                if n == 1 && self.out.m.instr(ops[0].id).opcode == Opcode::Parameter {
+                    self.leaf_origin.insert(id, (ops[0].id, start));
+                }
                 Ok(Val { id, sh })
             }
             Slice | Pad | Reverse | Sort | DynamicSlice | DynamicUpdateSlice | Concatenate
@@ -1056,7 +1071,15 @@ impl<'m> Partitioner<'m> {
         // that the body tiles is carried tiled. One exploratory pass of the body
         // finds those (bounded to shallow nesting: each level doubles the work).
         if self.depth < EXPLORE_LOOPS_DEPTH {
-            let (_, natural) = self.computation(body, std::slice::from_ref(&carried), None)?;
+            let (explored, natural) =
+                self.computation(body, std::slice::from_ref(&carried), None)?;
+            let param = self.out.m.comp(explored).params.first().copied();
+            for (k, c) in carried.iter_mut().enumerate() {
+                let want = param.and_then(|p| self.wanted.get(&(p, k)));
+                if let Some(w) = want.filter(|w| c.is_replicated() && w.rank() == c.rank()) {
+                    *c = w.clone();
+                }
+            }
             let mesh = self.out.mesh.clone();
             for (c, n) in carried.iter_mut().zip(natural) {
                 if c.rank() == n.rank()
