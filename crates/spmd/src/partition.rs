@@ -185,14 +185,25 @@ impl<'m> Partitioner<'m> {
                     let shape = self.out.shape(v.id).tuple_elements().map(|t| t[i].clone());
                     let shape =
                         shape.ok_or_else(|| SpmdError::Internal("tuple mismatch".into()))?;
-                    let g = self.out.emit(
-                        cb,
-                        "get-tuple-element",
-                        Opcode::GetTupleElement,
-                        shape,
-                        vec![v.id],
-                        vec![attr("index", AttrValue::Int(i as i64))],
-                    );
+                    // Take a tuple's own element (keeps constants visible, e.g.
+                    // a loop counter's start) rather than a new get-tuple-element.
+                    let built = self.out.m.instr(v.id);
+                    let direct = if built.opcode == Opcode::Tuple {
+                        built.operands.get(i).copied()
+                    } else {
+                        None
+                    };
+                    let g = match direct {
+                        Some(d) => d,
+                        None => self.out.emit(
+                            cb,
+                            "get-tuple-element",
+                            Opcode::GetTupleElement,
+                            shape,
+                            vec![v.id],
+                            vec![attr("index", AttrValue::Int(i as i64))],
+                        ),
+                    };
                     let part = Val {
                         id: g,
                         sh: v.sh[k..k + n].to_vec(),
@@ -366,7 +377,7 @@ impl<'m> Partitioner<'m> {
                 Ok(Val { id, sh })
             }
             op if op.is_elementwise() && op != Map => self.elementwise(cb, ins, ops),
-            Copy | ReducePrecision | BitcastConvert | OptBarrier
+            Copy | ReducePrecision | BitcastConvert
                 if ins.shape.as_array().is_some()
                     && op_shape(0).rank() == ins.shape.rank() =>
             {
@@ -393,6 +404,16 @@ impl<'m> Partitioner<'m> {
                 };
                 let x = self.arr(cb, &ops[0], op_shape(0), &s)?;
                 self.local_op(cb, ins, vec![x], out, ins.attrs.clone())
+            }
+            OptBarrier => {
+                // An identity that orders computation (jax.checkpoint): values
+                // keep their tiling.
+                let shape = self.out.shape(ops[0].id).clone();
+                let id = self.copy_as(cb, ins, shape, vec![ops[0].id], ins.attrs.clone());
+                Ok(Val {
+                    id,
+                    sh: ops[0].sh.clone(),
+                })
             }
             Reshape | Bitcast => self.reshape(cb, ins, ops),
             Dot => self.dot(cb, ins, ops),
@@ -452,7 +473,7 @@ impl<'m> Partitioner<'m> {
             Convolution => self.convolution(cb, ins, ops),
             Map | Fft | Cholesky | TriangularSolve | SelectAndScatter | Rng
             | RngBitGenerator | BatchNormInference | BatchNormTraining | BatchNormGrad | TopK
-            | Copy | ReducePrecision | BitcastConvert | OptBarrier | AddDependency
+            | Copy | ReducePrecision | BitcastConvert | AddDependency
             | Domain => self.replicated_fallback(cb, ins, ops),
             AllReduce | AllGather | ReduceScatter | AllToAll | CollectivePermute
             | CollectiveBroadcast
