@@ -6,7 +6,7 @@ Each case directory testdata/spmd_cases/<case>/ holds (format: testdata/spmd_cas
   xla_partitioned.hlo   XLA's module right after its SPMD partitioner (pass `spmd-partitioning`)
   post.hlo              the final compiled module (`compiled.as_text()`)
   structure.json        per-device parameter/result shapes and the multiset of collectives of
-                        xla_partitioned.hlo (see README for the exact definitions)
+                        xla_partitioned.hlo (tools/gen_cases/hlo_structure.py; definitions in the README)
   inputs.npz            arg0..argN: GLOBAL arrays (bf16 stored as uint16 bits)
   outputs.npz           out0..outM: GLOBAL results
   meta.json             description, category, mesh, shapes, dtypes, shardings
@@ -41,6 +41,7 @@ from jax import lax, shard_map  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import tpu_lowerings  # noqa: E402  (same directory: the AbstractMesh/TPU cases)
+from hlo_structure import structure  # noqa: E402  (same directory: structure.json's summary)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -649,121 +650,6 @@ def _():
     r, m = rng_for("bc"), mesh((2, 2, 2), ("a", "b", "c"))
     f = lambda v: jnp.transpose(jnp.broadcast_to(v[None, :, None], (4, 8, 6)), (2, 0, 1)) * 2.0
     return Case(f, [normal(r, (8,))], [P(("a", "b"))], m)
-
-
-# ------------------------------------------------------------------ structure of XLA's partitioned module
-DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "s16": 2, "u16": 2,
-               "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
-               "c128": 16, "token": 0}
-LEAF = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
-INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-
-
-def leaves(type_text):
-    """Leaf array shapes of an HLO type, layouts dropped: 'f32[4,2]', 'bf16[]', ..."""
-    return [f"{t}[{d}]" for t, d in LEAF.findall(type_text) if t in DTYPE_BYTES]
-
-
-def nbytes(type_text):
-    total = 0
-    for t, d in LEAF.findall(type_text):
-        if t in DTYPE_BYTES:
-            total += DTYPE_BYTES[t] * int(np.prod([int(x) for x in d.split(",") if x]))
-    return int(total)
-
-
-def operand_names(args):
-    depth, cur, out = 0, "", []
-    for ch in args:
-        if ch in "({[":
-            depth += 1
-        elif ch in ")}]":
-            if depth == 0:
-                out.append(cur)
-                break
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return [o.strip().split()[-1].lstrip("%") for o in out if o.strip()]
-
-
-def attr(line, key):
-    i = line.find(key + "=")
-    if i < 0:
-        return None
-    j, depth = i + len(key) + 1, 0
-    k = j
-    while k < len(line):
-        c = line[k]
-        if c in "{[(":
-            depth += 1
-        elif c in "}])":
-            depth -= 1
-        elif c == "," and depth == 0:
-            break
-        k += 1
-    return line[j:k]
-
-
-def group_size(line, kind, num_devices):
-    if kind == "collective-permute":
-        pairs = attr(line, "source_target_pairs") or "{}"
-        return len(re.findall(r"\{\d+,\d+\}", pairs))
-    mesh_form = re.search(r"replica_groups=mesh\[([^\]]*)\](?:, device_ids=\((?:[^()]|\([^()]*\))*\))? \{([^}]*)\}", line)
-    if mesh_form:
-        # XLA's mesh form: mesh['axis_0'=2,'axis_1'=4] {'axis_0'}: one group per value of the unnamed axes.
-        sizes = {a: int(n) for a, n in re.findall(r"'([^']+)'=(\d+)", mesh_form.group(1))}
-        size = 1
-        for a, sub in re.findall(r"'([^']+)'(:\(\d+\)\d+)?", mesh_form.group(2)):
-            size *= int(re.match(r":\(\d+\)(\d+)", sub).group(1)) if sub else sizes[a]
-        return size
-    g = attr(line, "replica_groups")
-    if g is None or g.strip() in ("{}", "{{}}"):
-        return num_devices
-    iota = re.match(r"\[(\d+),(\d+)\]<=", g.strip())
-    if iota:
-        return int(iota.group(2))
-    groups = re.findall(r"\{([\d,]+)\}", g)
-    sizes = {len(x.split(",")) for x in groups}
-    if len(sizes) != 1:
-        raise ValueError(f"replica groups of unequal size: {g}")
-    return sizes.pop()
-
-
-def structure(hlo, num_devices):
-    types, found = {}, []
-    entry_sig = None
-    for line in hlo.splitlines():
-        if line.startswith("ENTRY"):
-            entry_sig = line
-        mt = INSTR.match(line)
-        if not mt:
-            continue
-        name, ty, op, args = mt.groups()
-        types[name] = ty
-        kind = op[:-6] if op.endswith("-start") else op
-        if kind in COLLECTIVES:
-            found.append((kind, args, ty, line))
-    counts = {}
-    for kind, args, ty, line in found:
-        if kind == "all-gather":
-            b = nbytes(ty)
-        else:
-            ops = operand_names(args)
-            b = sum(nbytes(types[o]) for o in ops) if kind != "collective-permute" else nbytes(types[ops[0]])
-        key = (kind, b, group_size(line, kind, num_devices))
-        counts[key] = counts.get(key, 0) + 1
-    params_text, result_text = re.match(r"ENTRY\s+\S+\s*\((.*)\)\s*->\s*(.*)\{\s*$", entry_sig).groups()
-    return {
-        "parameters": leaves(params_text),
-        "results": leaves(result_text),
-        "collectives": [{"kind": k, "per_device_bytes": b, "group_size": g, "count": c}
-                        for (k, b, g), c in sorted(counts.items())],
-    }
 
 
 # ------------------------------------------------------------------ writing
