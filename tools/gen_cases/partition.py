@@ -634,6 +634,45 @@ def _():
     return Case(f, [normal(r, (2, 6, 4)), normal(r, (2, 6, 4)), normal(r, (2, 6, 4))], [P(), P(), P()], m)
 
 
+@case("scatter_index_parallel", "embedding", "batched scatter-add (vmap) with operand, indices and updates sharded on the batch dim")
+def _():
+    r, m = rng_for("sip"), mesh((4, 2), ("a", "b"))
+    idx = r.integers(0, 6, (8, 5)).astype(np.int32)
+    f = jax.vmap(lambda x, i, u: x.at[i].add(u))
+    return Case(f, [normal(r, (8, 6, 2)), idx, normal(r, (8, 5, 2))], [P("a"), P("a"), P("a")], m)
+
+
+@case("rng_bit_generator_sharded", "misc", "RBG random bits (rng-bit-generator) for a sharded result, then dropout")
+def _():
+    r, m = rng_for("rbg"), mesh((2, 4), ("a", "b"))
+
+    def f(x, key):
+        k = jax.random.wrap_key_data(key, impl="rbg")
+        return jnp.where(jax.random.bernoulli(k, 0.7, x.shape), x / 0.7, 0.0)
+    return Case(f, [normal(r, (8, 16)), np.array([1, 2, 3, 4], np.uint32)], [P("a", "b"), P()], m, P("a", "b"))
+
+
+@case("tfm_moe_sgd_dp2_ep4", "moe", "decoder block whose MLP is a top-1 MoE: data (2) x expert (4), SGD step")
+def _():
+    r, m = rng_for("tmoe"), mesh((2, 4), ("data", "expert"))
+    E, G, S, D, F, C, V = 4, 8, 4, 8, 16, 4, 16
+
+    def loss(p, tokens):
+        x = jnp.take(p["embed"], tokens, axis=0)  # [G, S, D]
+        h = rms(x, p["norm"])
+        s = jnp.einsum("gqd,gtd->gqt", h @ p["wq"], h @ p["wk"]) / np.sqrt(D)
+        x = x + jax.nn.softmax(jnp.where(jnp.tril(jnp.ones((S, S), bool)), s, -1e9), -1) @ (h @ p["wv"])
+        x = x + moe_layer(rms(x, p["norm"]), p, m, P(("data", "expert")), P("expert", "data"), E, C)
+        logp = jax.nn.log_softmax(x @ p["embed"].T, -1)
+        return -jnp.mean(jnp.take_along_axis(logp, jnp.roll(tokens, -1, 1)[..., None], -1))
+    p = {"embed": normal(r, (V, D), 0.5), "norm": np.ones((D,), np.float32), "wq": normal(r, (D, D), 0.3),
+         "wk": normal(r, (D, D), 0.3), "wv": normal(r, (D, D), 0.3), "gate": normal(r, (D, E)),
+         "w1": normal(r, (E, D, F), 0.3), "w2": normal(r, (E, F, D), 0.3)}
+    ps = {k: P() for k in p} | {"w1": P("expert"), "w2": P("expert"), "embed": P(None, "expert")}
+    tokens = r.integers(0, V, (G, S)).astype(np.int32)
+    return flat_case(sgd(loss), (p, tokens), (ps, P(("data", "expert"))), m)
+
+
 @case("iota_mask_rng", "misc", "iota masks and random dropout bits on a sharded activation")
 def _():
     r, m = rng_for("iota"), mesh((8,), ("x",))
