@@ -43,7 +43,8 @@ def child_xla(name):
     import jax
     import tpu_lowerings as tl
     shape, cfg, _ = PROGRAMS[name]
-    mesh = jax.make_mesh(shape, ("fsdp", "model"))
+    # Auto axes, like the AbstractMesh the TPU lowering uses (make_mesh's default is Explicit).
+    mesh = jax.make_mesh(shape, ("fsdp", "model"), axis_types=(jax.sharding.AxisType.Auto,) * len(shape))
     step, args = tl.llama_train_step(mesh, getattr(tl, cfg))
     t0 = time.perf_counter()
     lowered = jax.jit(step).lower(*args)
@@ -67,8 +68,9 @@ def run_child(args, devices=None):
     env = dict(os.environ)
     if devices is not None:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    out = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, env=env, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{out.stderr.strip()[-2000:]}")
     return out.stdout
 
 

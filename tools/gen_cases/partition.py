@@ -6,7 +6,7 @@ Each case directory testdata/spmd_cases/<case>/ holds (format: testdata/spmd_cas
   xla_partitioned.hlo   XLA's module right after its SPMD partitioner (pass `spmd-partitioning`)
   post.hlo              the final compiled module (`compiled.as_text()`)
   structure.json        per-device parameter/result shapes and the multiset of collectives of
-                        xla_partitioned.hlo (see README for the exact definitions)
+                        xla_partitioned.hlo (tools/gen_cases/hlo_structure.py; definitions in the README)
   inputs.npz            arg0..argN: GLOBAL arrays (bf16 stored as uint16 bits)
   outputs.npz           out0..outM: GLOBAL results
   meta.json             description, category, mesh, shapes, dtypes, shardings
@@ -41,6 +41,7 @@ from jax import lax, shard_map  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import tpu_lowerings  # noqa: E402  (same directory: the AbstractMesh/TPU cases)
+from hlo_structure import structure  # noqa: E402  (same directory: structure.json's summary)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -633,6 +634,45 @@ def _():
     return Case(f, [normal(r, (2, 6, 4)), normal(r, (2, 6, 4)), normal(r, (2, 6, 4))], [P(), P(), P()], m)
 
 
+@case("scatter_index_parallel", "embedding", "batched scatter-add (vmap) with operand, indices and updates sharded on the batch dim")
+def _():
+    r, m = rng_for("sip"), mesh((4, 2), ("a", "b"))
+    idx = r.integers(0, 6, (8, 5)).astype(np.int32)
+    f = jax.vmap(lambda x, i, u: x.at[i].add(u))
+    return Case(f, [normal(r, (8, 6, 2)), idx, normal(r, (8, 5, 2))], [P("a"), P("a"), P("a")], m)
+
+
+@case("rng_bit_generator_sharded", "misc", "RBG random bits (rng-bit-generator) for a sharded result, then dropout")
+def _():
+    r, m = rng_for("rbg"), mesh((2, 4), ("a", "b"))
+
+    def f(x, key):
+        k = jax.random.wrap_key_data(key, impl="rbg")
+        return jnp.where(jax.random.bernoulli(k, 0.7, x.shape), x / 0.7, 0.0)
+    return Case(f, [normal(r, (8, 16)), np.array([1, 2, 3, 4], np.uint32)], [P("a", "b"), P()], m, P("a", "b"))
+
+
+@case("tfm_moe_sgd_dp2_ep4", "moe", "decoder block whose MLP is a top-1 MoE: data (2) x expert (4), SGD step")
+def _():
+    r, m = rng_for("tmoe"), mesh((2, 4), ("data", "expert"))
+    E, G, S, D, F, C, V = 4, 8, 4, 8, 16, 4, 16
+
+    def loss(p, tokens):
+        x = jnp.take(p["embed"], tokens, axis=0)  # [G, S, D]
+        h = rms(x, p["norm"])
+        s = jnp.einsum("gqd,gtd->gqt", h @ p["wq"], h @ p["wk"]) / np.sqrt(D)
+        x = x + jax.nn.softmax(jnp.where(jnp.tril(jnp.ones((S, S), bool)), s, -1e9), -1) @ (h @ p["wv"])
+        x = x + moe_layer(rms(x, p["norm"]), p, m, P(("data", "expert")), P("expert", "data"), E, C)
+        logp = jax.nn.log_softmax(x @ p["embed"].T, -1)
+        return -jnp.mean(jnp.take_along_axis(logp, jnp.roll(tokens, -1, 1)[..., None], -1))
+    p = {"embed": normal(r, (V, D), 0.5), "norm": np.ones((D,), np.float32), "wq": normal(r, (D, D), 0.3),
+         "wk": normal(r, (D, D), 0.3), "wv": normal(r, (D, D), 0.3), "gate": normal(r, (D, E)),
+         "w1": normal(r, (E, D, F), 0.3), "w2": normal(r, (E, F, D), 0.3)}
+    ps = {k: P() for k in p} | {"w1": P("expert"), "w2": P("expert"), "embed": P(None, "expert")}
+    tokens = r.integers(0, V, (G, S)).astype(np.int32)
+    return flat_case(sgd(loss), (p, tokens), (ps, P(("data", "expert"))), m)
+
+
 @case("iota_mask_rng", "misc", "iota masks and random dropout bits on a sharded activation")
 def _():
     r, m = rng_for("iota"), mesh((8,), ("x",))
@@ -649,121 +689,6 @@ def _():
     r, m = rng_for("bc"), mesh((2, 2, 2), ("a", "b", "c"))
     f = lambda v: jnp.transpose(jnp.broadcast_to(v[None, :, None], (4, 8, 6)), (2, 0, 1)) * 2.0
     return Case(f, [normal(r, (8,))], [P(("a", "b"))], m)
-
-
-# ------------------------------------------------------------------ structure of XLA's partitioned module
-DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "s16": 2, "u16": 2,
-               "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
-               "c128": 16, "token": 0}
-LEAF = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
-INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-
-
-def leaves(type_text):
-    """Leaf array shapes of an HLO type, layouts dropped: 'f32[4,2]', 'bf16[]', ..."""
-    return [f"{t}[{d}]" for t, d in LEAF.findall(type_text) if t in DTYPE_BYTES]
-
-
-def nbytes(type_text):
-    total = 0
-    for t, d in LEAF.findall(type_text):
-        if t in DTYPE_BYTES:
-            total += DTYPE_BYTES[t] * int(np.prod([int(x) for x in d.split(",") if x]))
-    return int(total)
-
-
-def operand_names(args):
-    depth, cur, out = 0, "", []
-    for ch in args:
-        if ch in "({[":
-            depth += 1
-        elif ch in ")}]":
-            if depth == 0:
-                out.append(cur)
-                break
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return [o.strip().split()[-1].lstrip("%") for o in out if o.strip()]
-
-
-def attr(line, key):
-    i = line.find(key + "=")
-    if i < 0:
-        return None
-    j, depth = i + len(key) + 1, 0
-    k = j
-    while k < len(line):
-        c = line[k]
-        if c in "{[(":
-            depth += 1
-        elif c in "}])":
-            depth -= 1
-        elif c == "," and depth == 0:
-            break
-        k += 1
-    return line[j:k]
-
-
-def group_size(line, kind, num_devices):
-    if kind == "collective-permute":
-        pairs = attr(line, "source_target_pairs") or "{}"
-        return len(re.findall(r"\{\d+,\d+\}", pairs))
-    mesh_form = re.search(r"replica_groups=mesh\[([^\]]*)\](?:, device_ids=\((?:[^()]|\([^()]*\))*\))? \{([^}]*)\}", line)
-    if mesh_form:
-        # XLA's mesh form: mesh['axis_0'=2,'axis_1'=4] {'axis_0'}: one group per value of the unnamed axes.
-        sizes = {a: int(n) for a, n in re.findall(r"'([^']+)'=(\d+)", mesh_form.group(1))}
-        size = 1
-        for a, sub in re.findall(r"'([^']+)'(:\(\d+\)\d+)?", mesh_form.group(2)):
-            size *= int(re.match(r":\(\d+\)(\d+)", sub).group(1)) if sub else sizes[a]
-        return size
-    g = attr(line, "replica_groups")
-    if g is None or g.strip() in ("{}", "{{}}"):
-        return num_devices
-    iota = re.match(r"\[(\d+),(\d+)\]<=", g.strip())
-    if iota:
-        return int(iota.group(2))
-    groups = re.findall(r"\{([\d,]+)\}", g)
-    sizes = {len(x.split(",")) for x in groups}
-    if len(sizes) != 1:
-        raise ValueError(f"replica groups of unequal size: {g}")
-    return sizes.pop()
-
-
-def structure(hlo, num_devices):
-    types, found = {}, []
-    entry_sig = None
-    for line in hlo.splitlines():
-        if line.startswith("ENTRY"):
-            entry_sig = line
-        mt = INSTR.match(line)
-        if not mt:
-            continue
-        name, ty, op, args = mt.groups()
-        types[name] = ty
-        kind = op[:-6] if op.endswith("-start") else op
-        if kind in COLLECTIVES:
-            found.append((kind, args, ty, line))
-    counts = {}
-    for kind, args, ty, line in found:
-        if kind == "all-gather":
-            b = nbytes(ty)
-        else:
-            ops = operand_names(args)
-            b = sum(nbytes(types[o]) for o in ops) if kind != "collective-permute" else nbytes(types[ops[0]])
-        key = (kind, b, group_size(line, kind, num_devices))
-        counts[key] = counts.get(key, 0) + 1
-    params_text, result_text = re.match(r"ENTRY\s+\S+\s*\((.*)\)\s*->\s*(.*)\{\s*$", entry_sig).groups()
-    return {
-        "parameters": leaves(params_text),
-        "results": leaves(result_text),
-        "collectives": [{"kind": k, "per_device_bytes": b, "group_size": g, "count": c}
-                        for (k, b, g), c in sorted(counts.items())],
-    }
 
 
 # ------------------------------------------------------------------ writing
