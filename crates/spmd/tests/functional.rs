@@ -58,3 +58,48 @@ fn generated_cases_match_jax() {
         failures.join("\n")
     );
 }
+
+/// Programs lowered for a 16x16 TPU mesh with an AbstractMesh on a CPU-only
+/// machine (no devices ran them, so no outputs): they partition into verified
+/// 256-device modules whose parameters are 1/256 of the globals in total.
+#[test]
+fn tpu_abstract_mesh_lowerings_partition() {
+    let mut dirs: Vec<_> = case_dirs("spmd_cases", false)
+        .into_iter()
+        .filter(|d| {
+            d.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("tpu_"))
+        })
+        .collect();
+    dirs.push(common::testdata("spmd_bench"));
+    assert!(dirs.len() >= 4);
+    for dir in dirs {
+        let file = if dir.join("pre.hlo").exists() {
+            dir.join("pre.hlo")
+        } else {
+            dir.join("maxtext_256.pre.hlo")
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        let pre = tpusim_hlo::parse_module(&text).unwrap();
+        assert!(tpusim_spmd::needs_partitioning(&pre), "{}", file.display());
+        let post = tpusim_spmd::partition(&pre, &tpusim_spmd::PartitionOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert_eq!(post.config.num_partitions, Some(256), "{}", file.display());
+        assert!(!tpusim_spmd::needs_partitioning(&post));
+        let global: u64 = pre
+            .entry_parameter_shapes()
+            .iter()
+            .map(|s| s.byte_size())
+            .sum();
+        let local: u64 = post
+            .entry_parameter_shapes()
+            .iter()
+            .map(|s| s.byte_size())
+            .sum();
+        assert!(
+            local < global,
+            "{}: {local} of {global} bytes per device",
+            file.display()
+        );
+    }
+}
