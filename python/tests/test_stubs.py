@@ -39,6 +39,7 @@ def test_example_type_checks(tmp_path: pathlib.Path) -> None:
         "outs: list[np.ndarray] = tpusim.run('x', np.zeros(3))\n"
         "ids = [c['id'] for c in tpusim.chips()]\n"
         "pod: tpusim.Report = tpusim.analyze('x', topology='4x4', slices=2, network='sim')\n"
+        "fn: tpusim.Report = tpusim.analyze(lambda x: x, 1.0, mesh=None, chip='v5e', topology='16x16')\n"
         "exposed: float = pod.exposed_communication_s\n"
         "views: dict[str, str] = tpusim.trace('x', chip='v4', logdir='out', topology='2x2x2')\n"
         "ops = tpusim.profile('capture', hlo='x', chip='v5e')['ops']\n"
@@ -49,5 +50,5 @@ def test_example_type_checks(tmp_path: pathlib.Path) -> None:
         [sys.executable, "-m", "mypy", "--strict", str(example)], capture_output=True, text=True
     )
     # Exactly the one deliberate mistake is found: the package's types are seen.
-    assert "example.py:13: error: Incompatible types in assignment" in done.stdout, done.stdout
+    assert "example.py:14: error: Incompatible types in assignment" in done.stdout, done.stdout
     assert "Found 1 error" in done.stdout, done.stdout

@@ -9,7 +9,9 @@
 A sharded program is priced on a pod: ``tpusim.analyze(x, topology="4x4")``.
 
 ``x`` in every function is HLO text, a path to an HLO file, or a JAX ``Lowered``
-(``jax.jit(f).lower(...)``) or ``Compiled`` object.
+(``jax.jit(f).lower(...)``) or ``Compiled`` object. ``analyze`` also takes a
+function and abstract arguments, lowered for TPU on any machine:
+``tpusim.analyze(step, *shape_dtype_structs, mesh=abstract_mesh, chip="v5e", topology="16x16")``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 
 from . import _arrays, _tpusim
 from ._report import Report
-from ._source import hlo_text, jax_output_sharding
+from ._source import hlo_text, is_function, jax_output_sharding, lower_for_tpu
 from ._tpusim import (
     ArgumentError,
     ChipError,
@@ -83,8 +85,23 @@ def _native_options(what: str, chip: str, topology: Optional[str], options: Dict
     }
 
 
-def analyze(x: Any, chip: str = "v5e", topology: Optional[str] = None, **options: Any) -> Report:
+def analyze(
+    x: Any,
+    *args: Any,
+    chip: str = "v5e",
+    topology: Optional[str] = None,
+    mesh: Any = None,
+    **options: Any,
+) -> Report:
     """Predicts how one execution of the program runs on ``chip``.
+
+    ``x`` is HLO text, a path, a JAX ``Lowered``/``Compiled`` object (including
+    ``jax.jit(f).trace(*args).lower(lowering_platforms=("tpu",))``), or a Python
+    function: ``analyze(f, *args, mesh=..., chip=..., topology=...)`` lowers
+    ``f`` for TPU itself (``jax.jit(f).trace(*args).lower(lowering_platforms=("tpu",))``);
+    ``args`` may be ``jax.ShapeDtypeStruct``s sharded on a
+    ``jax.sharding.AbstractMesh``, and ``mesh`` is made the current mesh while
+    tracing, so no TPU and no fake devices are needed.
 
     ``topology`` (chips per axis, e.g. ``"4x4x4"``) prices the program on a pod
     slice; a sharded program gets a pod without it too (its devices spread over
@@ -97,9 +114,21 @@ def analyze(x: Any, chip: str = "v5e", topology: Optional[str] = None, **options
     :class:`TopologyError`.
     """
     native = _native_options("analyze", chip, topology, options)
-    text, name = hlo_text(x)
+    text, name = hlo_text(_program(x, args, mesh))
     json_text = _tpusim.analyze_json(text, name, **native)
     return Report(json_text, json.loads(_tpusim.chip_json(native["chip_id"], native["chip_file"])))
+
+
+def _program(x: Any, args: Tuple[Any, ...], mesh: Any) -> Any:
+    """What ``analyze`` reads: ``x`` itself, or a Python function lowered for TPU on ``args``."""
+    if is_function(x):
+        return lower_for_tpu(x, args, mesh)
+    if args or mesh is not None:
+        raise ArgumentError(
+            f"arguments after the program and mesh= are for a Python function to lower; "
+            f"got a {type(x).__name__} (give chip= and topology= by keyword)"
+        )
+    return x
 
 
 def trace(

@@ -33,6 +33,35 @@ def hlo_text(x: Any) -> Tuple[str, str]:
     )
 
 
+def is_function(x: Any) -> bool:
+    """True for a Python callable to trace (a function or a ``jax.jit`` wrapper), as
+    opposed to HLO text, a path, or a JAX ``Lowered``/``Compiled`` object."""
+    return callable(x) and not hasattr(x, "as_text") and not isinstance(x, (str, bytes, os.PathLike))
+
+
+def lower_for_tpu(f: Any, args: Tuple[Any, ...], mesh: Any = None) -> Any:
+    """``jax.jit(f).trace(*args).lower(lowering_platforms=("tpu",))``: the pre-partition
+    program of ``f`` for a TPU mesh, lowered on any machine (no TPU, no fake devices).
+
+    ``args`` are arrays or ``jax.ShapeDtypeStruct``s, whose ``sharding`` may be a
+    ``NamedSharding`` on a ``jax.sharding.AbstractMesh``. ``mesh`` (a ``Mesh`` or
+    ``AbstractMesh``) is made the current abstract mesh while tracing, so bare
+    ``PartitionSpec``s (in ``ShapeDtypeStruct(..., sharding=P(...))`` or
+    ``with_sharding_constraint``) resolve against it.
+    """
+    import contextlib
+
+    import jax  # only reached for a Python function, so jax is installed
+
+    jitted = f if hasattr(f, "trace") else jax.jit(f)
+    context: Any = contextlib.nullcontext()
+    if mesh is not None:
+        # A concrete Mesh lowers for TPU through its device-free AbstractMesh.
+        context = jax.sharding.use_abstract_mesh(getattr(mesh, "abstract_mesh", mesh))
+    with context:
+        return jitted.trace(*args).lower(lowering_platforms=("tpu",))
+
+
 def _jax_text(x: Any, as_text: Any) -> str:
     # Lowered.as_text takes a dialect (the default is StableHLO); Compiled.as_text
     # takes none and returns the optimized HLO.

@@ -147,7 +147,10 @@ const TOP_OPS: usize = 15;
 
 pub fn run(args: &Args) -> Result<bool> {
     let chip = args.chip.load()?;
-    let modules = input::load(&args.file)?;
+    let mut modules = Vec::new();
+    for (m, _) in input::load(&args.file)? {
+        modules.push(input::partition_if_needed(m)?);
+    }
     let mut models = Vec::new();
     for (m, _) in &modules {
         models.push(args.pod.model(&chip, m)?);
@@ -157,12 +160,14 @@ pub fn run(args: &Args) -> Result<bool> {
             modules
                 .iter()
                 .zip(&models)
-                .map(|((m, _), model)| {
+                .map(|((m, note), model)| {
                     let comm: &dyn tpusim_perf::CommModel = match model {
                         Some(pod) => pod,
                         None => &LocalOnly,
                     };
-                    args.compile.analyze(m, &chip, comm)
+                    let (prepared, mut a) = args.compile.analyze(m, &chip, comm)?;
+                    a.assumptions.splice(0..0, note.iter().cloned());
+                    Ok((prepared, a))
                 })
                 .collect::<Result<_>>()
         })?;

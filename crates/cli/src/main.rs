@@ -11,6 +11,7 @@ mod demo;
 mod fmt;
 mod input;
 mod out;
+mod partition;
 mod profile;
 mod progress;
 mod render;
@@ -49,6 +50,8 @@ enum Cmd {
     Compile(compile::Args),
     /// Predict the step time of a module on one device of a chip (roofline per op)
     Analyze(analyze::Args),
+    /// Print the per-device module of an unpartitioned sharded module (tpusim's SPMD partitioner)
+    Partition(partition::Args),
     /// Execute a module with the reference interpreter on its devices (global npz in, npz out)
     Run(run::Args),
     /// Summarize a real jax.profiler capture per HLO op (optionally against a prediction)
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Cmd::Analyze(args) => analyze::run(&args),
         Cmd::Compile(args) => compile::run(&args),
         Cmd::Run(args) => run::run(&args),
+        Cmd::Partition(args) => partition::run(&args),
         Cmd::Profile(args) => profile::run(&args),
         Cmd::Trace(args) => trace::run(&args),
     };

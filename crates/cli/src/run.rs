@@ -63,9 +63,26 @@ pub fn run(args: &Args) -> Result<bool> {
             modules.len()
         );
     };
+    // An unpartitioned sharded module runs as tpusim's partitioner splits it,
+    // on as many simulated devices as its mesh has; arrays stay global.
+    let global_shapes = m.entry_parameter_shapes();
+    let global_outputs: Vec<Vec<usize>> = m
+        .instr(m.entry().root)
+        .shape
+        .leaves()
+        .iter()
+        .map(|a| a.dims.iter().map(|&d| d.max(0) as usize).collect())
+        .collect();
+    let unpartitioned = tpusim_spmd::needs_partitioning(m);
+    let (partitioned, _) = input::partition_if_needed(m.clone())?;
+    let m = &partitioned;
     let cap = args.max_memory.unwrap_or_else(memory::default_cap);
     memory::check(m, cap)?;
-    let shapes = tpusim_interp::spmd::global_parameter_shapes(m)?;
+    let shapes = if unpartitioned {
+        global_shapes
+    } else {
+        tpusim_interp::spmd::global_parameter_shapes(m)?
+    };
     let inputs = match (&args.inputs, args.random_inputs) {
         // Global arrays: bounded by the largest global shapes before reading,
         // checked exactly against the shardings when split.
@@ -80,6 +97,7 @@ pub fn run(args: &Args) -> Result<bool> {
     let leaves = m.instr(m.entry().root).shape.leaves().len();
     let (output_shardings, output_dims) = match &args.output_sharding {
         Some(s) => output_info(s, leaves)?,
+        None if unpartitioned => (None, Some(global_outputs)),
         None => (None, None),
     };
     let opts = GlobalRun {

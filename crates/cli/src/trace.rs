@@ -51,7 +51,9 @@ pub fn run(args: &Args) -> Result<bool> {
         },
         timestamp: args.timestamp,
     };
-    for ((m, _), folder) in modules.iter().zip(&folders) {
+    for ((m, _), folder) in modules.into_iter().zip(&folders) {
+        let (m, note) = input::partition_if_needed(m)?;
+        let m = &m;
         let dir = if several {
             args.out.join(folder)
         } else {
@@ -63,7 +65,8 @@ pub fn run(args: &Args) -> Result<bool> {
             None => &LocalOnly,
         };
         let views = crate::progress::with_spinner("simulating", || -> Result<Views> {
-            let (prepared, analysis) = args.compile.analyze(m, &chip, comm)?;
+            let (prepared, mut analysis) = args.compile.analyze(m, &chip, comm)?;
+            analysis.assumptions.splice(0..0, note.iter().cloned());
             Ok(tpusim_views::write_views(
                 &prepared.module,
                 &chip,

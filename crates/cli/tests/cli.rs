@@ -985,3 +985,78 @@ fn analyze_explain_prints_how_one_op_was_timed() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("no op named `nope`"));
 }
+
+/// `tpusim partition` prints the per-device module of a JAX pre-partition
+/// program; `analyze` and `run` partition it themselves (and say so).
+#[test]
+fn unpartitioned_sharded_modules_are_partitioned_by_tpusim() {
+    let pre = testdata("corpus/jax_cases/tp_column_row/pre.hlo");
+    let o = tpusim(&["partition", &pre], None);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("num_partitions=8"), "{out}");
+    assert!(
+        out.contains("f32[8,16]") && out.contains("all-reduce("),
+        "{out}"
+    );
+    assert!(
+        out.contains("replica_groups={{0,1,2,3},{4,5,6,7}}"),
+        "{out}"
+    );
+    tpusim_hlo::parse_module(&out).expect("the printed module parses");
+
+    let o = tpusim(&["analyze", &pre, "--chip", "v5e"], None);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("(8 devices)"), "{out}");
+    assert!(
+        out.contains(
+            "partitioned by tpusim's SPMD partitioner for 8 devices (mesh data=2 x model=4)"
+        ),
+        "{out}"
+    );
+
+    let dir = testdata("corpus/jax_cases/tp_column_row");
+    let out_path = temp_dir("partition_run")
+        .join("out.npz")
+        .display()
+        .to_string();
+    let o = tpusim(
+        &[
+            "run",
+            &pre,
+            "--inputs",
+            &format!("{dir}/inputs.npz"),
+            "--output",
+            &out_path,
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let got = npz_f32_outputs(&out_path, 1);
+    let want = npz_f32_outputs(&format!("{dir}/outputs.npz"), 1);
+    assert_eq!(got[0].0, want[0].0);
+    for (g, w) in got[0].1.iter().zip(&want[0].1) {
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+    }
+}
+
+#[test]
+fn partition_reports_bad_shardings_by_instruction() {
+    let o = tpusim(
+        &["partition", "-", "--devices", "4"],
+        Some(&std::fs::read_to_string(testdata("corpus/jax_cases/tp_column_row/pre.hlo")).unwrap()),
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("4 devices asked for") && err.contains("data=2 x model=4"),
+        "{err}"
+    );
+    // A sharding over more devices than the module is partitioned for names its instruction.
+    let bad = "HloModule m\nENTRY e {\n  x.1 = f32[8,8] parameter(0), sharding={devices=[8,1]<=[8]}\n  ROOT n = f32[8,8] negate(x.1)\n}\n";
+    let o = tpusim(&["partition", "-", "--devices", "4"], Some(bad));
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("'x.1'") && err.contains("8 tiles"), "{err}");
+}

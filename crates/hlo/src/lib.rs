@@ -17,6 +17,7 @@ pub mod opcode;
 pub mod parser;
 pub mod passes;
 pub mod printer;
+pub mod sdy;
 pub mod shape;
 pub mod summary;
 pub mod types;

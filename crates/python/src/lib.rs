@@ -114,8 +114,10 @@ fn analyze_json(
     Ok(detached(py, move || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "analyze")?;
+        let (module, note) = load::partition_if_needed(module)?;
         let pod = pod_args.model(&chip, &module)?;
-        let (_, analysis) = compiled_analysis(&module, &chip, pod::comm(&pod), as_given)?;
+        let (_, mut analysis) = compiled_analysis(&module, &chip, pod::comm(&pod), as_given)?;
+        analysis.assumptions.splice(0..0, note);
         to_json(&analysis, "analysis")
     })?)
 }
@@ -154,9 +156,11 @@ fn trace_views(
     Ok(detached(py, move || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "trace")?;
+        let (module, note) = load::partition_if_needed(module)?;
         let pod = pod_args.model(&chip, &module)?;
         let comm = pod::comm(&pod);
-        let (prepared, analysis) = compiled_analysis(&module, &chip, comm, as_given)?;
+        let (prepared, mut analysis) = compiled_analysis(&module, &chip, comm, as_given)?;
+        analysis.assumptions.splice(0..0, note);
         let opts = tpusim_views::ViewsOptions {
             generator: format!("tpusim {} (Python)", env!("CARGO_PKG_VERSION")),
             existing: if force {
@@ -276,6 +280,16 @@ struct RunCall {
 fn prepare_run(call: RunCall) -> Result<(tpusim_hlo::Module, GlobalRun), BindError> {
     use tpusim_interp::{memory, sharding};
     let m = load::one_module(&call.name, &call.text, "run")?;
+    // An unpartitioned sharded program runs partitioned, on global arrays.
+    let global_outputs: Vec<Vec<usize>> = m
+        .instr(m.entry().root)
+        .shape
+        .leaves()
+        .iter()
+        .map(|a| a.dims.iter().map(|&d| d.max(0) as usize).collect())
+        .collect();
+    let unpartitioned = tpusim_spmd::needs_partitioning(&m);
+    let (m, _) = load::partition_if_needed(m)?;
     let cap = match &call.max_memory {
         Some(limit) => limit.bytes()?,
         None => memory::default_cap(),
@@ -283,6 +297,7 @@ fn prepare_run(call: RunCall) -> Result<(tpusim_hlo::Module, GlobalRun), BindErr
     memory::check(&m, cap)?;
     let leaves = m.instr(m.entry().root).shape.leaves().len();
     let (output_shardings, output_dims) = match call.output_sharding {
+        None if unpartitioned => (None, Some(global_outputs)),
         None => (None, None),
         Some(OutputSharding::Text(t)) => (Some(sharding::parse_shardings(&t, leaves)?), None),
         Some(OutputSharding::Module((text, name))) => {

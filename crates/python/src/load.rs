@@ -44,3 +44,25 @@ fn render_verify(
         .collect();
     rendered.join("\n")
 }
+
+/// An unpartitioned sharded module (a `jax.jit(...).lower(...)` program) is
+/// partitioned by tpusim's SPMD partitioner, as the CLI does; the note is the
+/// assumption the analysis reports. Other modules come back unchanged.
+pub fn partition_if_needed(m: Module) -> Result<(Module, Option<String>), BindError> {
+    if !tpusim_spmd::needs_partitioning(&m) {
+        return Ok((m, None));
+    }
+    let options = tpusim_spmd::PartitionOptions::default();
+    let unsupported = |e: tpusim_spmd::SpmdError| {
+        BindError::Unsupported(format!("partitioning '{}': {e}", m.name))
+    };
+    let mesh = tpusim_spmd::mesh_of(&m, &options).map_err(unsupported)?;
+    let p = tpusim_spmd::partition(&m, &options).map_err(unsupported)?;
+    let devices: u32 = mesh.iter().map(|a| a.1).product();
+    let axes: Vec<String> = mesh.iter().map(|(n, s)| format!("{n}={s}")).collect();
+    let note = format!(
+        "partitioned by tpusim's SPMD partitioner for {devices} devices (mesh {})",
+        axes.join(" x ")
+    );
+    Ok((p, Some(note)))
+}

@@ -1,0 +1,28 @@
+//! `tpusim partition`: the per-device module tpusim's SPMD partitioner makes of
+//! an unpartitioned sharded module (what `jax.jit(...).lower(...)` prints).
+
+use crate::input;
+use crate::out;
+use anyhow::Result;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// HLO text file (`-` for stdin); every module in it is partitioned
+    file: String,
+    /// Devices to partition for (default: the module's num_partitions, else its Shardy mesh size)
+    #[arg(long, value_name = "N")]
+    devices: Option<u32>,
+}
+
+pub fn run(args: &Args) -> Result<bool> {
+    let modules = input::load(&args.file)?;
+    let options = tpusim_spmd::PartitionOptions {
+        num_devices: args.devices,
+    };
+    for (m, _) in &modules {
+        let p = tpusim_spmd::partition(m, &options)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", input::display_name(&args.file)))?;
+        out::line(tpusim_hlo::print_module(&p).trim_end());
+    }
+    Ok(true)
+}

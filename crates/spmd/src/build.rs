@@ -1,0 +1,723 @@
+//! Emitting instructions into the partitioned module, and the collectives and
+//! resharding steps built from them.
+
+use crate::mesh::{ceil_div, Axis, Mesh, Sh};
+use crate::SpmdError;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
+use tpusim_hlo::attr::{PadDim, ReplicaGroups, SliceDim};
+use tpusim_hlo::literal::{Literal, LiteralData};
+use tpusim_hlo::{Attr, AttrValue, CompId, Computation, InstrId, Instruction, Module, Opcode};
+use tpusim_hlo::{PrimitiveType, Shape};
+
+/// The module being built: a copy of the source module's arenas with the
+/// partitioned computations appended.
+pub struct Out {
+    pub m: Module,
+    pub mesh: Mesh,
+    taken: FxHashSet<String>,
+    next_channel: i64,
+    adders: FxHashMap<PrimitiveType, CompId>,
+}
+
+/// A computation under construction.
+pub struct CompB {
+    pub comp: CompId,
+    pub instrs: Vec<InstrId>,
+    pid: Option<InstrId>,
+    zero: Option<InstrId>,
+}
+
+pub fn attr(name: &'static str, value: AttrValue) -> Attr {
+    Attr {
+        name: Cow::Borrowed(name),
+        value,
+    }
+}
+
+pub fn set_attr(attrs: &mut Vec<Attr>, name: &'static str, value: AttrValue) {
+    match attrs.iter_mut().find(|a| a.name == name) {
+        Some(a) => a.value = value,
+        None => attrs.push(attr(name, value)),
+    }
+}
+
+fn zero_literal(ty: PrimitiveType) -> Literal {
+    Literal::Array(if ty == PrimitiveType::Pred {
+        LiteralData::Pred(vec![false])
+    } else if ty.is_float() {
+        LiteralData::Float(vec![0.0])
+    } else if ty.is_complex() {
+        LiteralData::Complex(vec![(0.0, 0.0)])
+    } else {
+        LiteralData::Int(vec![0])
+    })
+}
+
+impl Out {
+    pub fn new(src: &Module, mesh: Mesh) -> Out {
+        Out {
+            m: src.clone(),
+            mesh,
+            taken: src.instrs.iter().map(|i| i.name.clone()).collect(),
+            next_channel: 1,
+            adders: FxHashMap::default(),
+        }
+    }
+
+    /// A name not used anywhere in the module, derived from `base`.
+    pub fn fresh(&mut self, base: &str) -> String {
+        let stem = base.split('.').next().unwrap_or(base);
+        let mut k = self.taken.len();
+        loop {
+            let name = format!("{stem}.{k}");
+            if self.taken.insert(name.clone()) {
+                return name;
+            }
+            k += 1;
+        }
+    }
+
+    pub fn begin(&mut self, name: &str) -> CompB {
+        let comp = CompId(self.m.comps.len() as u32);
+        let name = self.fresh(name);
+        self.m.comps.push(Computation {
+            name,
+            instrs: Vec::new(),
+            root: InstrId(0),
+            params: Vec::new(),
+            is_entry: false,
+            execution_thread: None,
+            is_async_sugar: false,
+        });
+        CompB {
+            comp,
+            instrs: Vec::new(),
+            pid: None,
+            zero: None,
+        }
+    }
+
+    pub fn finish(&mut self, cb: CompB, root: InstrId) {
+        let mut params: Vec<(i64, InstrId)> = cb
+            .instrs
+            .iter()
+            .filter_map(|&i| self.m.instr(i).parameter_number.map(|n| (n, i)))
+            .collect();
+        params.sort();
+        let c = &mut self.m.comps[cb.comp.index()];
+        c.instrs = cb.instrs;
+        c.root = root;
+        c.params = params.into_iter().map(|p| p.1).collect();
+    }
+
+    pub fn shape(&self, id: InstrId) -> &Shape {
+        &self.m.instr(id).shape
+    }
+
+    pub fn dims(&self, id: InstrId) -> Vec<i64> {
+        self.shape(id).dims().to_vec()
+    }
+
+    pub fn ty(&self, id: InstrId) -> PrimitiveType {
+        self.shape(id).element_type().unwrap_or(PrimitiveType::F32)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn emit_full(
+        &mut self,
+        cb: &mut CompB,
+        name: String,
+        opcode: Opcode,
+        shape: Shape,
+        operands: Vec<InstrId>,
+        attrs: Vec<Attr>,
+        parameter_number: Option<i64>,
+        literal: Option<Literal>,
+    ) -> InstrId {
+        let id = InstrId(self.m.instrs.len() as u32);
+        self.m.instrs.push(Instruction {
+            name,
+            opcode,
+            shape,
+            operands,
+            attrs,
+            parent: cb.comp,
+            parameter_number,
+            literal,
+            async_sugar: None,
+        });
+        cb.instrs.push(id);
+        id
+    }
+
+    pub fn emit(
+        &mut self,
+        cb: &mut CompB,
+        base: &str,
+        opcode: Opcode,
+        shape: Shape,
+        operands: Vec<InstrId>,
+        attrs: Vec<Attr>,
+    ) -> InstrId {
+        let name = self.fresh(base);
+        self.emit_full(cb, name, opcode, shape, operands, attrs, None, None)
+    }
+
+    fn constant(&mut self, cb: &mut CompB, shape: Shape, lit: Literal) -> InstrId {
+        let name = self.fresh("constant");
+        self.emit_full(
+            cb,
+            name,
+            Opcode::Constant,
+            shape,
+            vec![],
+            vec![],
+            None,
+            Some(lit),
+        )
+    }
+
+    pub fn zero(&mut self, cb: &mut CompB, ty: PrimitiveType) -> InstrId {
+        self.constant(cb, Shape::scalar(ty), zero_literal(ty))
+    }
+
+    fn s32_zero(&mut self, cb: &mut CompB) -> InstrId {
+        if let Some(z) = cb.zero {
+            return z;
+        }
+        let z = self.zero(cb, PrimitiveType::S32);
+        cb.zero = Some(z);
+        z
+    }
+
+    fn partition_id(&mut self, cb: &mut CompB) -> InstrId {
+        if let Some(p) = cb.pid {
+            return p;
+        }
+        let p = self.emit(
+            cb,
+            "partition-id",
+            Opcode::PartitionId,
+            Shape::scalar(PrimitiveType::U32),
+            vec![],
+            vec![],
+        );
+        cb.pid = Some(p);
+        p
+    }
+
+    /// This device's entry of a per-device table, as an `s32[]`.
+    pub fn per_device(&mut self, cb: &mut CompB, table: Vec<i64>) -> InstrId {
+        if table.iter().all(|&v| v == 0) {
+            return self.s32_zero(cb);
+        }
+        let n = table.len() as i64;
+        let pid = self.partition_id(cb);
+        let t = self.constant(
+            cb,
+            Shape::array(PrimitiveType::S32, vec![n]),
+            Literal::Array(LiteralData::Int(table)),
+        );
+        let one = self.emit(
+            cb,
+            "dynamic-slice",
+            Opcode::DynamicSlice,
+            Shape::array(PrimitiveType::S32, vec![1]),
+            vec![t, pid],
+            vec![attr("dynamic_slice_sizes", AttrValue::Ints(vec![1]))],
+        );
+        self.emit(
+            cb,
+            "reshape",
+            Opcode::Reshape,
+            Shape::scalar(PrimitiveType::S32),
+            vec![one],
+            vec![],
+        )
+    }
+
+    /// The scalar `add` computation for `ty` (for partial sums).
+    pub fn adder(&mut self, ty: PrimitiveType) -> CompId {
+        if let Some(&c) = self.adders.get(&ty) {
+            return c;
+        }
+        let mut cb = self.begin("add.spmd");
+        let s = Shape::scalar(ty);
+        let mut ps = Vec::new();
+        for k in 0..2 {
+            let name = self.fresh(if k == 0 { "x" } else { "y" });
+            ps.push(self.emit_full(
+                &mut cb,
+                name,
+                Opcode::Parameter,
+                s.clone(),
+                vec![],
+                vec![],
+                Some(k),
+                None,
+            ));
+        }
+        let r = self.emit(&mut cb, "add", Opcode::Add, s, ps, vec![]);
+        let c = cb.comp;
+        self.finish(cb, r);
+        self.adders.insert(ty, c);
+        c
+    }
+
+    fn collective_attrs(&mut self, axes: &[Axis]) -> Vec<Attr> {
+        let ch = self.next_channel;
+        self.next_channel += 1;
+        vec![
+            attr("channel_id", AttrValue::Int(ch)),
+            attr(
+                "replica_groups",
+                AttrValue::ReplicaGroups(Box::new(ReplicaGroups::Explicit(self.mesh.groups(axes)))),
+            ),
+            attr("use_global_device_ids", AttrValue::Bool(true)),
+        ]
+    }
+
+    pub fn all_reduce(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        axes: &[Axis],
+        reducer: Option<CompId>,
+    ) -> InstrId {
+        let comp = reducer.unwrap_or_else(|| self.adder(self.ty(x)));
+        let mut attrs = self.collective_attrs(axes);
+        attrs.push(attr("to_apply", AttrValue::Comp(comp)));
+        let shape = self.shape(x).clone();
+        self.emit(cb, "all-reduce", Opcode::AllReduce, shape, vec![x], attrs)
+    }
+
+    pub fn reduce_scatter(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        dim: usize,
+        axes: &[Axis],
+        reducer: Option<CompId>,
+    ) -> InstrId {
+        let comp = reducer.unwrap_or_else(|| self.adder(self.ty(x)));
+        let mut attrs = self.collective_attrs(axes);
+        attrs.push(attr("dimensions", AttrValue::Ints(vec![dim as i64])));
+        attrs.push(attr("to_apply", AttrValue::Comp(comp)));
+        let mut dims = self.dims(x);
+        dims[dim] /= i64::from(self.mesh.count(axes));
+        let shape = Shape::array(self.ty(x), dims);
+        self.emit(
+            cb,
+            "reduce-scatter",
+            Opcode::ReduceScatter,
+            shape,
+            vec![x],
+            attrs,
+        )
+    }
+
+    pub fn all_gather(&mut self, cb: &mut CompB, x: InstrId, dim: usize, axes: &[Axis]) -> InstrId {
+        let mut attrs = self.collective_attrs(axes);
+        attrs.push(attr("dimensions", AttrValue::Ints(vec![dim as i64])));
+        let mut dims = self.dims(x);
+        dims[dim] *= i64::from(self.mesh.count(axes));
+        let shape = Shape::array(self.ty(x), dims);
+        self.emit(cb, "all-gather", Opcode::AllGather, shape, vec![x], attrs)
+    }
+
+    /// Moves the tiling by `axes` (the minor end of dim `from`'s tiling) to
+    /// dim `to` (appended to its tiling): reshape, all-to-all, transpose, reshape.
+    pub fn all_to_all(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        from: usize,
+        to: usize,
+        axes: &[Axis],
+    ) -> InstrId {
+        let g = i64::from(self.mesh.count(axes));
+        let ty = self.ty(x);
+        let dims = self.dims(x);
+        // Split dim `to` into [g, to/g]: chunk k goes to group member k.
+        let mut split = dims.clone();
+        split[to] = dims[to] / g;
+        split.insert(to, g);
+        let r1 = self.emit(
+            cb,
+            "reshape",
+            Opcode::Reshape,
+            Shape::array(ty, split.clone()),
+            vec![x],
+            vec![],
+        );
+        let mut attrs = self.collective_attrs(axes);
+        attrs.push(attr("dimensions", AttrValue::Ints(vec![to as i64])));
+        let a2a = self.emit(
+            cb,
+            "all-to-all",
+            Opcode::AllToAll,
+            Shape::array(ty, split.clone()),
+            vec![r1],
+            attrs,
+        );
+        // The received chunks (indexed by source) become the minor tiles of `from`:
+        // move the g dim right before `from`'s dim.
+        let from_pos = if from > to { from + 1 } else { from };
+        let mut perm: Vec<usize> = (0..split.len()).filter(|&d| d != to).collect();
+        let at = perm.iter().position(|&d| d == from_pos).unwrap_or(0);
+        perm.insert(at, to);
+        let tdims: Vec<i64> = perm.iter().map(|&p| split[p]).collect();
+        let t = self.emit(
+            cb,
+            "transpose",
+            Opcode::Transpose,
+            Shape::array(ty, tdims),
+            vec![a2a],
+            vec![attr(
+                "dimensions",
+                AttrValue::Ints(perm.iter().map(|&p| p as i64).collect()),
+            )],
+        );
+        let mut outd = dims;
+        outd[to] /= g;
+        outd[from] *= g;
+        self.emit(
+            cb,
+            "reshape",
+            Opcode::Reshape,
+            Shape::array(ty, outd),
+            vec![t],
+            vec![],
+        )
+    }
+
+    /// `x[0:limits]` (a static slice keeping the low part of each dim).
+    pub fn slice_low(&mut self, cb: &mut CompB, x: InstrId, limits: &[i64]) -> InstrId {
+        if self.dims(x) == limits {
+            return x;
+        }
+        let sl = limits
+            .iter()
+            .map(|&l| SliceDim {
+                start: 0,
+                limit: l,
+                stride: 1,
+            })
+            .collect();
+        let shape = Shape::array(self.ty(x), limits.to_vec());
+        self.emit(
+            cb,
+            "slice",
+            Opcode::Slice,
+            shape,
+            vec![x],
+            vec![attr("slice", AttrValue::Slice(sl))],
+        )
+    }
+
+    /// Pads `x` at the high end to `dims`.
+    pub fn pad_high(&mut self, cb: &mut CompB, x: InstrId, dims: &[i64]) -> InstrId {
+        let cur = self.dims(x);
+        if cur == dims {
+            return x;
+        }
+        let z = self.zero(cb, self.ty(x));
+        let pads = cur
+            .iter()
+            .zip(dims)
+            .map(|(&c, &d)| PadDim {
+                low: 0,
+                high: d - c,
+                interior: 0,
+            })
+            .collect();
+        let shape = Shape::array(self.ty(x), dims.to_vec());
+        self.emit(
+            cb,
+            "pad",
+            Opcode::Pad,
+            shape,
+            vec![x, z],
+            vec![attr("padding", AttrValue::Padding(pads))],
+        )
+    }
+
+    /// Each device's block of `x`: `sizes` at per-device `offsets` (None: 0).
+    pub fn dynamic_slice(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        offsets: Vec<Option<Vec<i64>>>,
+        sizes: &[i64],
+    ) -> InstrId {
+        let mut ops = vec![x];
+        for o in offsets {
+            let v = match o {
+                Some(table) => self.per_device(cb, table),
+                None => self.s32_zero(cb),
+            };
+            ops.push(v);
+        }
+        let shape = Shape::array(self.ty(x), sizes.to_vec());
+        self.emit(
+            cb,
+            "dynamic-slice",
+            Opcode::DynamicSlice,
+            shape,
+            ops,
+            vec![attr("dynamic_slice_sizes", AttrValue::Ints(sizes.to_vec()))],
+        )
+    }
+
+    /// Replaces the padding of uneven dims of a local value by `fill` (a scalar).
+    pub fn mask_padding(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        sh: &Sh,
+        global: &[i64],
+        fill: InstrId,
+    ) -> InstrId {
+        let local = self.dims(x);
+        let mut cur = x;
+        for d in 0..sh.rank() {
+            let k = i64::from(sh.tiles(&self.mesh, d));
+            if k <= 1 || global[d] % k == 0 {
+                continue;
+            }
+            let c = local[d];
+            let table: Vec<i64> = (0..self.mesh.n)
+                .map(|dev| i64::from(self.mesh.index(dev, &sh.dims[d])) * c)
+                .collect();
+            let off = self.per_device(cb, table);
+            let s32 = |dims: Vec<i64>| Shape::array(PrimitiveType::S32, dims);
+            let iota = self.emit(
+                cb,
+                "iota",
+                Opcode::Iota,
+                s32(local.clone()),
+                vec![],
+                vec![attr("iota_dimension", AttrValue::Int(d as i64))],
+            );
+            let offb = self.emit(
+                cb,
+                "broadcast",
+                Opcode::Broadcast,
+                s32(local.clone()),
+                vec![off],
+                vec![attr("dimensions", AttrValue::Ints(vec![]))],
+            );
+            let pos = self.emit(
+                cb,
+                "add",
+                Opcode::Add,
+                s32(local.clone()),
+                vec![iota, offb],
+                vec![],
+            );
+            let lim = self.constant(
+                cb,
+                Shape::scalar(PrimitiveType::S32),
+                Literal::Array(LiteralData::Int(vec![global[d]])),
+            );
+            let limb = self.emit(
+                cb,
+                "broadcast",
+                Opcode::Broadcast,
+                s32(local.clone()),
+                vec![lim],
+                vec![attr("dimensions", AttrValue::Ints(vec![]))],
+            );
+            let pred = self.emit(
+                cb,
+                "compare",
+                Opcode::Compare,
+                Shape::array(PrimitiveType::Pred, local.clone()),
+                vec![pos, limb],
+                vec![attr("direction", AttrValue::Ident("LT".into()))],
+            );
+            let fillb = self.emit(
+                cb,
+                "broadcast",
+                Opcode::Broadcast,
+                Shape::array(self.ty(x), local.clone()),
+                vec![fill],
+                vec![attr("dimensions", AttrValue::Ints(vec![]))],
+            );
+            cur = self.emit(
+                cb,
+                "select",
+                Opcode::Select,
+                Shape::array(self.ty(x), local.clone()),
+                vec![pred, cur, fillb],
+                vec![],
+            );
+        }
+        cur
+    }
+
+    /// Reshards the local value `x` of a global array of dims `global` from `from`
+    /// to `to` (which has no partial axes), choosing XLA's collectives:
+    /// all-reduce or reduce-scatter for partial sums, all-to-all to move a tiling
+    /// between dims, all-gather to remove tiling, dynamic-slice to add it.
+    pub fn reshard(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        global: &[i64],
+        from: &Sh,
+        to: &Sh,
+    ) -> Result<InstrId, SpmdError> {
+        if from == to {
+            return Ok(x);
+        }
+        if let Some(b) = self.rebroadcast(cb, x, global, from, to) {
+            return Ok(b);
+        }
+        let mesh = self.mesh.clone();
+        let mut cur = x;
+        let mut s = from.clone();
+        if !s.partial.is_empty() {
+            let p = std::mem::take(&mut s.partial);
+            let scatter_dim = (0..s.rank()).find(|&d| {
+                let mut want = s.dims[d].clone();
+                want.extend(&p);
+                to.dims[d] == want && global[d] % i64::from(mesh.count(&want)) == 0
+            });
+            cur = match scatter_dim {
+                Some(d) => {
+                    let r = self.reduce_scatter(cb, cur, d, &p, from.reducer);
+                    s.dims[d].extend(&p);
+                    r
+                }
+                None => self.all_reduce(cb, cur, &p, from.reducer),
+            };
+            s.reducer = None;
+        }
+        // All-to-all: the minor tiling of one dim moves to another.
+        for a in 0..s.rank() {
+            let lcp = common_prefix(&s.dims[a], &to.dims[a]);
+            if lcp == s.dims[a].len() {
+                continue;
+            }
+            let moving = s.dims[a][lcp..].to_vec();
+            let target = (0..s.rank()).find(|&b| {
+                b != a && {
+                    let mut want = s.dims[b].clone();
+                    want.extend(&moving);
+                    to.dims[b].starts_with(&want)
+                        && global[b] % i64::from(mesh.count(&want)) == 0
+                        && global[a] % i64::from(mesh.count(&s.dims[a])) == 0
+                }
+            });
+            if let Some(b) = target {
+                cur = self.all_to_all(cb, cur, a, b, &moving);
+                s.dims[a].truncate(lcp);
+                s.dims[b].extend(&moving);
+            }
+        }
+        // All-gather what `to` does not tile the same way.
+        for d in 0..s.rank() {
+            let lcp = common_prefix(&s.dims[d], &to.dims[d]);
+            if lcp == s.dims[d].len() {
+                continue;
+            }
+            let keep = s.dims[d][..lcp].to_vec();
+            let gather = s.dims[d][lcp..].to_vec();
+            let gathered = self.dims(cur)[d] * i64::from(mesh.count(&gather));
+            let want = ceil_div(global[d], i64::from(mesh.count(&keep)));
+            if gathered == want {
+                cur = self.all_gather(cb, cur, d, &gather);
+                s.dims[d] = keep;
+            } else {
+                // Uneven: gather the whole dim, drop the padding.
+                let all = s.dims[d].clone();
+                cur = self.all_gather(cb, cur, d, &all);
+                let mut lim = self.dims(cur);
+                lim[d] = global[d];
+                cur = self.slice_low(cb, cur, &lim);
+                s.dims[d].clear();
+            }
+        }
+        // Dynamic-slice what `to` tiles further.
+        let mut offsets: Vec<Option<Vec<i64>>> = vec![None; s.rank()];
+        let mut sizes = self.dims(cur);
+        let mut padded = self.dims(cur);
+        let mut any = false;
+        for d in 0..s.rank() {
+            if s.dims[d] == to.dims[d] {
+                continue;
+            }
+            let have = s.dims[d].len();
+            let extra = to.dims[d][have..].to_vec();
+            let c_new = ceil_div(global[d], i64::from(mesh.count(&to.dims[d])));
+            let g = i64::from(mesh.count(&extra));
+            if have > 0 && self.dims(cur)[d] != c_new * g {
+                // Uneven nesting: regather this dim and slice from the whole.
+                let all = s.dims[d].clone();
+                cur = self.all_gather(cb, cur, d, &all);
+                let mut lim = self.dims(cur);
+                lim[d] = global[d];
+                cur = self.slice_low(cb, cur, &lim);
+                s.dims[d].clear();
+                return self.reshard(cb, cur, global, &s, to);
+            }
+            let axes = if have > 0 { extra } else { to.dims[d].clone() };
+            offsets[d] = Some(
+                (0..mesh.n)
+                    .map(|dev| i64::from(mesh.index(dev, &axes)) * c_new)
+                    .collect(),
+            );
+            sizes[d] = c_new;
+            padded[d] = c_new * i64::from(mesh.count(&axes));
+            any = true;
+        }
+        if any {
+            cur = self.pad_high(cb, cur, &padded);
+            cur = self.dynamic_slice(cb, cur, offsets, &sizes);
+        }
+        Ok(cur)
+    }
+}
+
+impl Out {
+    /// A replicated broadcast tiled only along the dims it creates is the same
+    /// broadcast at the local shape (XLA never materializes the global one).
+    fn rebroadcast(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        global: &[i64],
+        from: &Sh,
+        to: &Sh,
+    ) -> Option<InstrId> {
+        let ins = self.m.instr(x);
+        if ins.opcode != Opcode::Broadcast || !from.is_replicated() || !to.partial.is_empty() {
+            return None;
+        }
+        let mapped: Vec<usize> = ins
+            .attr_ints("dimensions")?
+            .iter()
+            .map(|&d| d as usize)
+            .collect();
+        if (0..to.rank()).any(|d| mapped.contains(&d) && !to.dims[d].is_empty()) {
+            return None;
+        }
+        let operand = *ins.operands.first()?;
+        let attrs = ins.attrs.clone();
+        let shape = Shape::array(self.ty(x), to.local_dims(&self.mesh, global));
+        Some(self.emit(
+            cb,
+            "broadcast",
+            Opcode::Broadcast,
+            shape,
+            vec![operand],
+            attrs,
+        ))
+    }
+}
+
+fn common_prefix(a: &[Axis], b: &[Axis]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}

@@ -1,0 +1,326 @@
+//! tpusim-spmd: the SPMD partitioner. It turns an unpartitioned HLO module with
+//! sharding annotations (what `jax.jit(...).lower(...)` gives, for any mesh) into
+//! the per-device module XLA's SPMD partitioner produces: per-device shapes,
+//! collectives with replica groups and channel ids, `num_partitions=N`.
+//!
+//! Shardings are read from `sharding=` attributes, `Sharding` custom calls and
+//! the Shardy mesh (`xla.sdy.meshes`); values without one get the sharding
+//! XLA's forward propagation gives them; every op is emitted on per-device
+//! shapes after resharding its operands (see `partition` and `build`).
+//!
+//! This crate must never print, never panic on any input, never return a
+//! module that is silently left unpartitioned (unsupported ops are errors), and
+//! never depend on the interpreter, the performance model, the CLI or Python.
+
+mod build;
+pub mod mesh;
+mod partition;
+mod summary;
+
+pub use summary::{summarize, Collective, Summary};
+
+use build::Out;
+use mesh::{Mesh, Sh};
+use partition::Partitioner;
+use tpusim_hlo::attr::{FrontendValue, Sharding};
+
+use tpusim_hlo::{AttrValue, CompId, Module, Opcode};
+
+/// What the partitioner was asked for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionOptions {
+    /// Devices to partition for. `None`: the module's `num_partitions`, else the
+    /// size of its Shardy mesh, else the largest tile assignment's device count.
+    pub num_devices: Option<u32>,
+}
+
+/// Why a module could not be partitioned. Every variant names the instruction
+/// (and the sharding) at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpmdError {
+    #[error("instruction '{instr}': sharding {sharding} has {tiles} tiles, but the module is partitioned for {devices} devices")]
+    TileCount {
+        instr: String,
+        sharding: String,
+        tiles: i64,
+        devices: u32,
+    },
+    #[error("instruction '{instr}': sharding {sharding}: {why}")]
+    BadSharding {
+        instr: String,
+        sharding: String,
+        why: String,
+    },
+    #[error("instruction '{instr}': mesh axis '{axis}' in sharding {sharding} is not an axis of the mesh ({mesh})")]
+    UnknownAxis {
+        instr: String,
+        axis: String,
+        sharding: String,
+        mesh: String,
+    },
+    #[error("instruction '{instr}': conflicting manual regions: {why}")]
+    ConflictingManual { instr: String, why: String },
+    #[error("instruction '{instr}' ({opcode}) cannot be partitioned: {why}")]
+    Unsupported {
+        instr: String,
+        opcode: String,
+        why: String,
+    },
+    #[error("the module's mesh is unusable: {0}")]
+    Mesh(String),
+    #[error("internal partitioner error: {0}")]
+    Internal(String),
+}
+
+/// The Shardy mesh declared in the module header, as named axes.
+fn sdy_mesh(m: &Module) -> Result<Option<Vec<(String, u32)>>, SpmdError> {
+    let Some(text) = tpusim_hlo::sdy::meshes_text(m) else {
+        return Ok(None);
+    };
+    let meshes = tpusim_hlo::sdy::parse_meshes(text).map_err(SpmdError::Mesh)?;
+    let mut used = meshes.iter().filter(|x| !x.axes.is_empty());
+    let Some(mesh) = used.next() else {
+        return Ok(None);
+    };
+    if used.next().is_some() {
+        return Err(SpmdError::Mesh(format!(
+            "several meshes in one module: {text}"
+        )));
+    }
+    if let Some(ids) = &mesh.device_ids {
+        if ids.iter().enumerate().any(|(k, &d)| d != k as i64) {
+            return Err(SpmdError::Mesh(format!(
+                "meshes with a non-iota device order are not supported: {text}"
+            )));
+        }
+    }
+    mesh.axes
+        .iter()
+        .map(|(n, s)| {
+            u32::try_from(*s)
+                .ok()
+                .filter(|&s| s >= 1)
+                .map(|s| (n.clone(), s))
+                .ok_or_else(|| SpmdError::Mesh(format!("axis '{n}' of size {s}")))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+fn largest_tiling(m: &Module) -> u32 {
+    let mut n = 1i64;
+    for i in &m.instrs {
+        let singles: Vec<&tpusim_hlo::attr::SingleSharding> = match i.sharding() {
+            Some(Sharding::Single(s)) => vec![s],
+            Some(Sharding::Tuple(t)) => t.iter().collect(),
+            None => continue,
+        };
+        for s in singles {
+            if let tpusim_hlo::attr::ShardingKind::Tiled(ta) = &s.kind {
+                n = n.max(ta.dims.iter().product());
+            }
+        }
+    }
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Whether `m` is an unpartitioned program that carries sharding annotations
+/// for more than one device (a Shardy mesh or tiled shardings without
+/// `num_partitions`, or GSPMD's `Sharding` custom calls).
+pub fn needs_partitioning(m: &Module) -> bool {
+    let mesh_devices = match sdy_mesh(m) {
+        Ok(Some(axes)) => axes.iter().map(|a| u64::from(a.1)).product::<u64>(),
+        _ => 1,
+    };
+    let has_marker = m.instrs.iter().any(|i| {
+        i.opcode == Opcode::CustomCall
+            && matches!(
+                i.attr_ident("custom_call_target"),
+                Some("Sharding" | "SPMDFullToShardShape" | "SPMDShardToFullShape")
+            )
+    });
+    let unpartitioned_tiling = m.config.num_partitions.unwrap_or(1) <= 1 && largest_tiling(m) > 1;
+    mesh_devices > 1 || has_marker || unpartitioned_tiling
+}
+
+/// The mesh (named axes) `m` is partitioned over.
+pub fn mesh_of(m: &Module, options: &PartitionOptions) -> Result<Vec<(String, u32)>, SpmdError> {
+    let sdy = sdy_mesh(m)?.filter(|a| !a.is_empty());
+    let sdy_n = sdy.as_ref().map(|a| a.iter().map(|x| x.1).product::<u32>());
+    let n = options
+        .num_devices
+        .or_else(|| m.config.num_partitions.filter(|&p| p > 1).map(|p| p as u32))
+        .or(sdy_n)
+        .unwrap_or_else(|| largest_tiling(m));
+    if n == 0 || n > 1 << 16 {
+        return Err(SpmdError::Mesh(format!("{n} devices")));
+    }
+    match sdy {
+        Some(axes) if sdy_n == Some(n) => Ok(axes),
+        Some(axes) => Err(SpmdError::Mesh(format!(
+            "{n} devices asked for, but the module's Shardy mesh ({}) has {}",
+            axes.iter()
+                .map(|(a, s)| format!("{a}={s}"))
+                .collect::<Vec<_>>()
+                .join(" x "),
+            sdy_n.unwrap_or(1)
+        ))),
+        None => Ok(vec![("devices".to_string(), n)]),
+    }
+}
+
+/// Checks that every Shardy axis named on an instruction exists in the mesh.
+fn check_axis_names(m: &Module, mesh: &[(String, u32)]) -> Result<(), SpmdError> {
+    if sdy_mesh(m)?.is_none() {
+        return Ok(());
+    }
+    for ins in &m.instrs {
+        let Some(AttrValue::FrontendAttrs(kv)) = ins.attr("frontend_attributes") else {
+            continue;
+        };
+        for (k, v) in kv {
+            if !k.starts_with("xla.sdy.sharding") {
+                continue;
+            }
+            let text = match v {
+                FrontendValue::Str(s) | FrontendValue::Raw(s) => s,
+            };
+            let parts: Vec<&str> = text.split('"').collect();
+            for name in parts.iter().skip(1).step_by(2) {
+                let name = name.trim_end_matches('\\');
+                if !name.is_empty() && !mesh.iter().any(|(a, _)| a == name) {
+                    return Err(SpmdError::UnknownAxis {
+                        instr: ins.name.clone(),
+                        axis: name.to_string(),
+                        sharding: text.clone(),
+                        mesh: mesh
+                            .iter()
+                            .map(|(a, s)| format!("{a}={s}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Partitions an unpartitioned sharded module into the per-device module for
+/// `options.num_devices` (or the module's own device count). The result is
+/// verified and carries the original parameter and result shardings.
+pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, SpmdError> {
+    let named = mesh_of(module, options)?;
+    check_axis_names(module, &named)?;
+    let mesh = Mesh::new(named);
+    let n = mesh.n;
+    let mut p = Partitioner::new(module, Out::new(module, mesh.clone()));
+    let entry = module.entry();
+    let mut params: Vec<Vec<Sh>> = Vec::new();
+    for &pid in &entry.params {
+        let ins = module.instr(pid);
+        params.push(match p.annotation(ins)? {
+            Some(s) => s,
+            None => ins
+                .shape
+                .leaves()
+                .iter()
+                .map(|l| Sh::replicated(l.rank()))
+                .collect(),
+        });
+    }
+    let (new_entry, root_sh) = p.computation(module.entry, &params, None)?;
+    let mut out = p.out.m;
+    finish_module(&mut out, module.entry, new_entry, &root_sh, &mesh, n)?;
+    let text = tpusim_hlo::print_module(&out);
+    let parsed = tpusim_hlo::parse_module(&text).map_err(|e| {
+        SpmdError::Internal(format!(
+            "the partitioned module does not parse: {}",
+            e.render("partitioned", &text)
+        ))
+    })?;
+    tpusim_hlo::verify(&parsed).map_err(|errs| {
+        SpmdError::Internal(format!(
+            "the partitioned module does not verify: {}",
+            errs.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    })?;
+    Ok(parsed)
+}
+
+/// Makes `new_entry` the entry, hides the computations it no longer reaches,
+/// marks the result shardings and sets the module's partition count.
+fn finish_module(
+    m: &mut Module,
+    old_entry: CompId,
+    new_entry: CompId,
+    root_sh: &[Sh],
+    mesh: &Mesh,
+    n: u32,
+) -> Result<(), SpmdError> {
+    m.comps[old_entry.index()].is_entry = false;
+    m.comps[new_entry.index()].is_entry = true;
+    m.comps[new_entry.index()].name = m.comps[old_entry.index()].name.clone() + "_spmd";
+    m.entry = new_entry;
+    let root = m.comp(new_entry).root;
+    let singles: Vec<_> = root_sh.iter().map(|s| s.to_hlo(mesh)).collect();
+    let sharding = if m.instr(root).shape.is_tuple() {
+        Sharding::Tuple(singles)
+    } else {
+        Sharding::Single(
+            singles
+                .into_iter()
+                .next()
+                .ok_or_else(|| SpmdError::Internal("root without sharding".into()))?,
+        )
+    };
+    build::set_attr(
+        &mut m.instrs[root.index()].attrs,
+        "sharding",
+        AttrValue::Sharding(Box::new(sharding)),
+    );
+    // Reachable computations from the new entry (iteratively).
+    let mut reach = vec![false; m.comps.len()];
+    let mut stack = vec![new_entry];
+    while let Some(c) = stack.pop() {
+        if std::mem::replace(&mut reach[c.index()], true) {
+            continue;
+        }
+        for &i in &m.comp(c).instrs {
+            stack.extend(m.instr(i).called_computations());
+        }
+    }
+    for (c, r) in m.comps.iter_mut().zip(&reach) {
+        if !r {
+            c.is_async_sugar = true;
+        }
+    }
+    // Computations kept verbatim (reducers, comparators) may hold `Sharding`
+    // custom-calls; on one device they are plain copies.
+    let kept: Vec<tpusim_hlo::InstrId> = m
+        .comp_ids()
+        .filter(|c| reach[c.index()])
+        .flat_map(|c| m.comp(c).instrs.clone())
+        .collect();
+    for i in kept {
+        let ins = &mut m.instrs[i.index()];
+        if ins.opcode == Opcode::CustomCall
+            && ins.attr_ident("custom_call_target") == Some("Sharding")
+        {
+            ins.opcode = Opcode::Copy;
+            ins.attrs.clear();
+        }
+    }
+    m.config.num_partitions = Some(i64::from(n));
+    m.config.entry_layout = None;
+    if let Some(AttrValue::FrontendAttrs(kv)) = &mut m.config.frontend_attributes {
+        kv.retain(|(k, _)| !k.starts_with("xla.sdy"));
+        if kv.is_empty() {
+            m.config.frontend_attributes = None;
+        }
+    }
+    Ok(())
+}

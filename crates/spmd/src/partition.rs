@@ -1,0 +1,1592 @@
+//! Sharding propagation and per-op partitioning, in one forward walk over each
+//! computation: every instruction gets the sharding its operands imply (XLA's
+//! forward propagation rules), an annotation overrides it, and the instruction
+//! is emitted on per-device shapes after resharding its operands as it needs.
+
+use crate::build::{attr, set_attr, CompB, Out};
+use crate::mesh::{read_sharding, Axis, ReadError, Sh};
+use crate::SpmdError;
+use rustc_hash::FxHashMap;
+use tpusim_hlo::attr::{Sharding, SingleSharding, SliceDim};
+use tpusim_hlo::{AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape};
+
+/// Deepest nesting of called computations (while, conditional, call) followed.
+const MAX_NESTING: usize = 64;
+
+/// Loops nested at most this deep get an exploratory pass over their body.
+const EXPLORE_LOOPS_DEPTH: usize = 3;
+
+/// A partitioned value: its id in the output module and a sharding per leaf.
+#[derive(Clone, Debug)]
+pub struct Val {
+    pub id: InstrId,
+    pub sh: Vec<Sh>,
+}
+
+pub struct Partitioner<'m> {
+    pub src: &'m Module,
+    pub out: Out,
+    depth: usize,
+    /// Manual axes of the enclosing shard_map regions (innermost last).
+    manual: Vec<Vec<String>>,
+    /// Array leaves of computation parameters: value id -> (parameter id, leaf).
+    leaf_origin: FxHashMap<InstrId, (InstrId, usize)>,
+    /// The first tiling some op asked of an untiled parameter leaf (how XLA's
+    /// backward propagation would have tiled a loop-carried value).
+    wanted: FxHashMap<(InstrId, usize), Sh>,
+}
+
+fn leaves_of(shape: &Shape) -> Vec<Shape> {
+    match shape {
+        Shape::Tuple(t) => t.iter().flat_map(leaves_of).collect(),
+        other => vec![other.clone()],
+    }
+}
+
+fn leaf_count(shape: &Shape) -> usize {
+    match shape {
+        Shape::Tuple(t) => t.iter().map(leaf_count).sum(),
+        _ => 1,
+    }
+}
+
+impl<'m> Partitioner<'m> {
+    pub fn new(src: &'m Module, out: Out) -> Self {
+        Partitioner {
+            src,
+            out,
+            depth: 0,
+            manual: Vec::new(),
+            leaf_origin: FxHashMap::default(),
+            wanted: FxHashMap::default(),
+        }
+    }
+
+    fn unsupported(&self, ins: &Instruction, why: impl Into<String>) -> SpmdError {
+        SpmdError::Unsupported {
+            instr: ins.name.clone(),
+            opcode: ins.opcode.name().to_string(),
+            why: why.into(),
+        }
+    }
+
+    /// The sharding of leaf `leaf` of an HLO `sharding=` on `ins`.
+    pub fn read(
+        &self,
+        ins: &Instruction,
+        s: &SingleSharding,
+        rank: usize,
+    ) -> Result<Sh, SpmdError> {
+        read_sharding(s, rank, &self.out.mesh).map_err(|e| {
+            let text = sharding_text(s);
+            match e {
+                ReadError::TileCount { tiles, devices } => SpmdError::TileCount {
+                    instr: ins.name.clone(),
+                    sharding: text,
+                    tiles,
+                    devices,
+                },
+                ReadError::Rank { tile_dims, rank } => SpmdError::BadSharding {
+                    instr: ins.name.clone(),
+                    sharding: text,
+                    why: format!("{tile_dims} tile dims for an array of rank {rank}"),
+                },
+                ReadError::NotOnMesh => SpmdError::BadSharding {
+                    instr: ins.name.clone(),
+                    sharding: text,
+                    why: format!(
+                        "its device order is not a tiling of the mesh {:?}",
+                        self.out.mesh.named
+                    ),
+                },
+                ReadError::Manual => SpmdError::Unsupported {
+                    instr: ins.name.clone(),
+                    opcode: ins.opcode.name().into(),
+                    why: format!("manual sharding {text} outside a shard_map region"),
+                },
+                ReadError::Unsupported(why) => SpmdError::BadSharding {
+                    instr: ins.name.clone(),
+                    sharding: text,
+                    why,
+                },
+            }
+        })
+    }
+
+    /// The shardings an instruction's `sharding=` gives its leaves, if it has one.
+    pub fn annotation(&self, ins: &Instruction) -> Result<Option<Vec<Sh>>, SpmdError> {
+        let Some(s) = ins.sharding() else {
+            return Ok(None);
+        };
+        let leaves = leaves_of(&ins.shape);
+        let singles: Vec<&SingleSharding> = match s {
+            Sharding::Single(x) => vec![x; leaves.len()],
+            Sharding::Tuple(t) if t.len() == leaves.len() => t.iter().collect(),
+            Sharding::Tuple(t) => {
+                return Err(SpmdError::BadSharding {
+                    instr: ins.name.clone(),
+                    sharding: format!("tuple of {}", t.len()),
+                    why: format!("the value has {} leaves", leaves.len()),
+                })
+            }
+        };
+        singles
+            .into_iter()
+            .zip(&leaves)
+            .map(|(s, l)| self.read(ins, s, l.rank()))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    fn local_shape(&self, global: &Shape, sh: &[Sh]) -> Shape {
+        let mut k = 0;
+        self.local_shape_rec(global, sh, &mut k)
+    }
+
+    fn local_shape_rec(&self, global: &Shape, sh: &[Sh], k: &mut usize) -> Shape {
+        match global {
+            Shape::Tuple(t) => {
+                Shape::Tuple(t.iter().map(|s| self.local_shape_rec(s, sh, k)).collect())
+            }
+            Shape::Array(a) => {
+                let mut a = a.clone();
+                if let Some(s) = sh.get(*k) {
+                    if s.rank() == a.dims.len() {
+                        a.dims = s.local_dims(&self.out.mesh, &a.dims);
+                    }
+                }
+                *k += 1;
+                Shape::Array(a)
+            }
+            other => {
+                *k += 1;
+                other.clone()
+            }
+        }
+    }
+
+    /// Reshards every leaf of value `v` (global shape `global`) to `to`.
+    pub fn reshard_val(
+        &mut self,
+        cb: &mut CompB,
+        v: &Val,
+        global: &Shape,
+        to: &[Sh],
+    ) -> Result<Val, SpmdError> {
+        if v.sh == to {
+            return Ok(v.clone());
+        }
+        match global {
+            Shape::Tuple(elems) => {
+                let mut parts = Vec::new();
+                let mut k = 0;
+                for (i, e) in elems.iter().enumerate() {
+                    let n = leaf_count(e);
+                    let shape = self.out.shape(v.id).tuple_elements().map(|t| t[i].clone());
+                    let shape =
+                        shape.ok_or_else(|| SpmdError::Internal("tuple mismatch".into()))?;
+                    // Take a tuple's own element (keeps constants visible, e.g.
+                    // a loop counter's start) rather than a new get-tuple-element.
+                    let built = self.out.m.instr(v.id);
+                    let direct = if built.opcode == Opcode::Tuple {
+                        built.operands.get(i).copied()
+                    } else {
+                        None
+                    };
+                    let g = match direct {
+                        Some(d) => d,
+                        None => self.out.emit(
+                            cb,
+                            "get-tuple-element",
+                            Opcode::GetTupleElement,
+                            shape,
+                            vec![v.id],
+                            vec![attr("index", AttrValue::Int(i as i64))],
+                        ),
+                    };
+                    let part = Val {
+                        id: g,
+                        sh: v.sh[k..k + n].to_vec(),
+                    };
+                    parts.push(self.reshard_val(cb, &part, e, &to[k..k + n])?);
+                    k += n;
+                }
+                let shape =
+                    Shape::Tuple(parts.iter().map(|p| self.out.shape(p.id).clone()).collect());
+                let id = self.out.emit(
+                    cb,
+                    "tuple",
+                    Opcode::Tuple,
+                    shape,
+                    parts.iter().map(|p| p.id).collect(),
+                    vec![],
+                );
+                Ok(Val {
+                    id,
+                    sh: to.to_vec(),
+                })
+            }
+            _ => {
+                let id = self
+                    .out
+                    .reshard(cb, v.id, global.dims(), &v.sh[0], &to[0])?;
+                Ok(Val {
+                    id,
+                    sh: to.to_vec(),
+                })
+            }
+        }
+    }
+
+    /// Reshards an array operand to `to`.
+    fn arr(
+        &mut self,
+        cb: &mut CompB,
+        v: &Val,
+        global: &Shape,
+        to: &Sh,
+    ) -> Result<InstrId, SpmdError> {
+        if let Some(&origin) = self.leaf_origin.get(&v.id) {
+            if v.sh[0].is_replicated() && !to.is_replicated() {
+                self.wanted.entry(origin).or_insert_with(|| to.clone());
+            }
+        }
+        self.out.reshard(cb, v.id, global.dims(), &v.sh[0], to)
+    }
+
+    /// Partitions computation `c` whose parameters have shardings `params`;
+    /// the root is resharded to `root_to` when given. Returns the new computation
+    /// and its root's shardings.
+    pub fn computation(
+        &mut self,
+        c: CompId,
+        params: &[Vec<Sh>],
+        root_to: Option<&[Sh]>,
+    ) -> Result<(CompId, Vec<Sh>), SpmdError> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(SpmdError::Internal(format!(
+                "computations nested more than {MAX_NESTING} deep"
+            )));
+        }
+        let src = self.src;
+        let comp = src.comp(c);
+        let mut cb = self.out.begin(&comp.name);
+        let root = self.walk(&mut cb, c, params, None)?;
+        let root_ins = src.instr(comp.root);
+        let mut target: Vec<Sh> = match root_to {
+            Some(t) => t.to_vec(),
+            None => match self.annotation(root_ins)? {
+                Some(t) => t,
+                None => root.sh.iter().map(Sh::without_partial).collect(),
+            },
+        };
+        for t in &mut target {
+            t.partial.clear();
+        }
+        let root = self.reshard_val(&mut cb, &root, &root_ins.shape, &target)?;
+        let new = cb.comp;
+        self.out.finish(cb, root.id);
+        self.depth -= 1;
+        Ok((new, target))
+    }
+
+    /// Emits the instructions of computation `c` into `cb`: its parameters
+    /// become new parameters with shardings `params`, or (inlining a call, as
+    /// XLA's CallInliner does before partitioning) the values `args`. Returns
+    /// the root's value.
+    fn walk(
+        &mut self,
+        cb: &mut CompB,
+        c: CompId,
+        params: &[Vec<Sh>],
+        args: Option<&[Val]>,
+    ) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let comp = src.comp(c);
+        let mut vals: FxHashMap<InstrId, Val> = FxHashMap::default();
+        for &i in &comp.instrs {
+            let ins = src.instr(i);
+            let v = match (ins.parameter_number, args) {
+                (Some(n), Some(args)) => args
+                    .get(n as usize)
+                    .cloned()
+                    .ok_or_else(|| SpmdError::Internal(format!("no argument {n}")))?,
+                (Some(n), None) => {
+                    let sh = params.get(n as usize).cloned().ok_or_else(|| {
+                        SpmdError::Internal(format!("no sharding for parameter {n}"))
+                    })?;
+                    let shape = self.local_shape(&ins.shape, &sh);
+                    let id = self.out.emit_full(
+                        cb,
+                        ins.name.clone(),
+                        Opcode::Parameter,
+                        shape,
+                        vec![],
+                        clean_attrs(&ins.attrs),
+                        Some(n),
+                        None,
+                    );
+                    Val { id, sh }
+                }
+                (None, _) => {
+                    let ops: Vec<Val> = ins
+                        .operands
+                        .iter()
+                        .map(|o| {
+                            vals.get(o).cloned().ok_or_else(|| {
+                                SpmdError::Internal(format!(
+                                    "operand of '{}' not yet partitioned",
+                                    ins.name
+                                ))
+                            })
+                        })
+                        .collect::<Result<_, _>>()?;
+                    let v = self.instruction(cb, i, &ops)?;
+                    match self.annotation(ins)? {
+                        Some(to) if ins.opcode != Opcode::CustomCall && i != comp.root => {
+                            self.reshard_val(cb, &v, &ins.shape, &to)?
+                        }
+                        _ => v,
+                    }
+                }
+            };
+            vals.insert(i, v);
+        }
+        vals.remove(&comp.root)
+            .ok_or_else(|| SpmdError::Internal("no root".into()))
+    }
+
+    fn instruction(&mut self, cb: &mut CompB, i: InstrId, ops: &[Val]) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let ins = src.instr(i);
+        let op_shape = |k: usize| &src.instr(ins.operands[k]).shape;
+        use Opcode::*;
+        match ins.opcode {
+            Constant | Iota | RngGetAndUpdateState | PartitionId | ReplicaId | AfterAll => {
+                let sh = vec![Sh::replicated(0); leaf_count(&ins.shape)];
+                let sh = leaves_of(&ins.shape)
+                    .iter()
+                    .zip(sh)
+                    .map(|(l, _)| Sh::replicated(l.rank()))
+                    .collect();
+                if !ops.is_empty() {
+                    return self.replicated_fallback(cb, ins, ops);
+                }
+                let id = self.copy_as(cb, ins, ins.shape.clone(), vec![], ins.attrs.clone());
+                Ok(Val { id, sh })
+            }
+            op if op.is_elementwise() && op != Map => self.elementwise(cb, ins, ops),
+            Copy | ReducePrecision | BitcastConvert
+                if ins.shape.as_array().is_some()
+                    && op_shape(0).rank() == ins.shape.rank() =>
+            {
+                self.elementwise(cb, ins, ops)
+            }
+            Broadcast => {
+                let s = ops[0].sh[0].without_partial();
+                let dims = ins.attr_ints("dimensions").unwrap_or(&[]).to_vec();
+                let mut out = Sh::replicated(ins.shape.rank());
+                for (k, &d) in dims.iter().enumerate() {
+                    if let Some(slot) = out.dims.get_mut(d as usize) {
+                        *slot = s.dims.get(k).cloned().unwrap_or_default();
+                    }
+                }
+                let x = self.arr(cb, &ops[0], op_shape(0), &s)?;
+                self.local_op(cb, ins, vec![x], out, ins.attrs.clone())
+            }
+            Transpose => {
+                let s = ops[0].sh[0].without_partial();
+                let perm = ins.attr_ints("dimensions").unwrap_or(&[]).to_vec();
+                let out = Sh {
+                    dims: perm.iter().map(|&p| s.dims[p as usize].clone()).collect(),
+                    ..Sh::replicated(0)
+                };
+                let x = self.arr(cb, &ops[0], op_shape(0), &s)?;
+                self.local_op(cb, ins, vec![x], out, ins.attrs.clone())
+            }
+            OptBarrier => {
+                // An identity that orders computation (jax.checkpoint): values
+                // keep their tiling.
+                let shape = self.out.shape(ops[0].id).clone();
+                let id = self.copy_as(cb, ins, shape, vec![ops[0].id], ins.attrs.clone());
+                Ok(Val {
+                    id,
+                    sh: ops[0].sh.clone(),
+                })
+            }
+            Reshape | Bitcast => self.reshape(cb, ins, ops),
+            Dot => self.dot(cb, ins, ops),
+            Reduce => self.reduce(cb, ins, ops),
+            Tuple => {
+                let id = self.copy_as(
+                    cb,
+                    ins,
+                    Shape::Tuple(ops.iter().map(|o| self.out.shape(o.id).clone()).collect()),
+                    ops.iter().map(|o| o.id).collect(),
+                    clean_attrs(&ins.attrs),
+                );
+                Ok(Val {
+                    id,
+                    sh: ops.iter().flat_map(|o| o.sh.clone()).collect(),
+                })
+            }
+            GetTupleElement => {
+                let idx = ins.attr_int("index").unwrap_or(0) as usize;
+                let elems = op_shape(0).tuple_elements().unwrap_or(&[]);
+                let start: usize = elems.iter().take(idx).map(leaf_count).sum();
+                let n = leaf_count(&ins.shape);
+                let sh = ops[0].sh[start..start + n].to_vec();
+                let shape = self.local_shape(&ins.shape, &sh);
+                let id = self.copy_as(cb, ins, shape, vec![ops[0].id], clean_attrs(&ins.attrs));
+                if n == 1 && self.out.m.instr(ops[0].id).opcode == Opcode::Parameter {
+                    self.leaf_origin.insert(id, (ops[0].id, start));
+                }
+                Ok(Val { id, sh })
+            }
+            Slice | Pad | Reverse | Sort | DynamicSlice | DynamicUpdateSlice | Concatenate
+            | ReduceWindow => self.dim_constrained(cb, ins, ops),
+            Gather => self.gather(cb, ins, ops),
+            Scatter => self.scatter(cb, ins, ops),
+            While => self.while_loop(cb, ins, ops),
+            Call => {
+                let callee = ins
+                    .attr_comp("to_apply")
+                    .ok_or_else(|| self.unsupported(ins, "call without to_apply"))?;
+                self.depth += 1;
+                if self.depth > MAX_NESTING {
+                    return Err(SpmdError::Internal(format!(
+                        "computations nested more than {MAX_NESTING} deep"
+                    )));
+                }
+                let v = self.walk(cb, callee, &[], Some(ops));
+                self.depth -= 1;
+                let v = v?;
+                let root = src.instr(src.comp(callee).root);
+                match self.annotation(root)? {
+                    Some(to) => self.reshard_val(cb, &v, &ins.shape, &to),
+                    None => Ok(v),
+                }
+            }
+            Conditional => self.conditional(cb, ins, ops),
+            CustomCall => self.custom_call(cb, ins, ops),
+            Convolution => self.convolution(cb, ins, ops),
+            Map | Fft | Cholesky | TriangularSolve | SelectAndScatter | Rng
+            | RngBitGenerator | BatchNormInference | BatchNormTraining | BatchNormGrad | TopK
+            | Copy | ReducePrecision | BitcastConvert | AddDependency
+            | Domain => self.replicated_fallback(cb, ins, ops),
+            AllReduce | AllGather | ReduceScatter | AllToAll | CollectivePermute
+            | CollectiveBroadcast
+                if !self.manual.is_empty() =>
+            {
+                // Inside a shard_map body values are per-device already; the
+                // program's own collectives stay as written.
+                self.replicated_fallback(cb, ins, ops)
+            }
+            _ => Err(self.unsupported(
+                ins,
+                "this op kind is not partitioned (collectives, I/O and async ops must not appear in an unpartitioned module)",
+            )),
+        }
+    }
+
+    /// Emits the counterpart of `ins`, named as it is.
+    fn copy_as(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        shape: Shape,
+        operands: Vec<InstrId>,
+        attrs: Vec<tpusim_hlo::Attr>,
+    ) -> InstrId {
+        let name = self.out.fresh(&ins.name);
+        self.out.emit_full(
+            cb,
+            name,
+            ins.opcode,
+            shape,
+            operands,
+            clean_attrs(&attrs),
+            None,
+            ins.literal.clone(),
+        )
+    }
+
+    /// Emits `ins` on local operands with output sharding `out`.
+    fn local_op(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        operands: Vec<InstrId>,
+        out: Sh,
+        attrs: Vec<tpusim_hlo::Attr>,
+    ) -> Result<Val, SpmdError> {
+        let sh = vec![out; leaf_count(&ins.shape)];
+        let shape = self.local_shape(&ins.shape, &sh);
+        let id = self.copy_as(cb, ins, shape, operands, attrs);
+        Ok(Val { id, sh })
+    }
+
+    /// Every operand replicated, the op computed whole on every device.
+    fn replicated_fallback(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let mut ids = Vec::new();
+        for (k, o) in ops.iter().enumerate() {
+            let g = &self.src.instr(ins.operands[k]).shape;
+            let to: Vec<Sh> = leaves_of(g)
+                .iter()
+                .map(|l| Sh::replicated(l.rank()))
+                .collect();
+            ids.push(self.reshard_val(cb, o, g, &to)?.id);
+        }
+        let sh: Vec<Sh> = leaves_of(&ins.shape)
+            .iter()
+            .map(|l| Sh::replicated(l.rank()))
+            .collect();
+        let id = self.copy_as(cb, ins, ins.shape.clone(), ids, ins.attrs.clone());
+        Ok(Val { id, sh })
+    }
+
+    fn elementwise(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let rank = ins.shape.rank();
+        let mesh = self.out.mesh.clone();
+        let target = ops
+            .iter()
+            .filter(|o| o.sh.len() == 1 && o.sh[0].rank() == rank)
+            .map(|o| o.sh[0].without_partial())
+            .max_by_key(|s| (s.total_tiles(&mesh), std::cmp::Reverse(0)))
+            .unwrap_or_else(|| Sh::replicated(rank));
+        // Prefer the first operand among equally tiled ones.
+        let best = target.total_tiles(&mesh);
+        let target = ops
+            .iter()
+            .filter(|o| o.sh.len() == 1 && o.sh[0].rank() == rank)
+            .map(|o| o.sh[0].without_partial())
+            .find(|s| s.total_tiles(&mesh) == best)
+            .unwrap_or(target);
+        let mut ids = Vec::new();
+        for (k, o) in ops.iter().enumerate() {
+            let g = &self.src.instr(ins.operands[k]).shape;
+            let to = if g.rank() == rank {
+                target.clone()
+            } else {
+                Sh::replicated(g.rank())
+            };
+            ids.push(self.arr(cb, o, g, &to)?);
+        }
+        self.local_op(cb, ins, ids, target, ins.attrs.clone())
+    }
+
+    fn reshape(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let g_in = self.src.instr(ins.operands[0]).shape.dims().to_vec();
+        let g_out = ins.shape.dims().to_vec();
+        let s = ops[0].sh[0].without_partial();
+        let (in_sh, out_sh) = match reshape_sharding(&g_in, &g_out, &s, &self.out.mesh) {
+            Some(o) => (s, o),
+            None => (Sh::replicated(g_in.len()), Sh::replicated(g_out.len())),
+        };
+        let x = self.arr(cb, &ops[0], &self.src.instr(ins.operands[0]).shape, &in_sh)?;
+        let mut ins2 = ins.clone();
+        ins2.opcode = Opcode::Reshape;
+        self.local_op(cb, &ins2, vec![x], out_sh, ins.attrs.clone())
+    }
+
+    fn dot(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {
+        let get = |n: &str| {
+            ins.attr_ints(n)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&d| d as usize)
+                .collect::<Vec<_>>()
+        };
+        let (lb, rb, lc, rc) = (
+            get("lhs_batch_dims"),
+            get("rhs_batch_dims"),
+            get("lhs_contracting_dims"),
+            get("rhs_contracting_dims"),
+        );
+        let lg = self.src.instr(ins.operands[0]).shape.clone();
+        let rg = self.src.instr(ins.operands[1]).shape.clone();
+        let (ls, rs) = (
+            ops[0].sh[0].without_partial(),
+            ops[1].sh[0].without_partial(),
+        );
+        let mesh = self.out.mesh.clone();
+        let lfree: Vec<usize> = (0..lg.rank())
+            .filter(|d| !lb.contains(d) && !lc.contains(d))
+            .collect();
+        let rfree: Vec<usize> = (0..rg.rank())
+            .filter(|d| !rb.contains(d) && !rc.contains(d))
+            .collect();
+        // The lhs (activations, in JAX programs) keeps its tiling on every dim;
+        // the rhs keeps its free dims' tiling where the axes are still free,
+        // and its batch/contracting tiling only where the lhs had none there.
+        let mut used: Vec<Axis> = Vec::new();
+        let take = |axes: &[Axis], used: &[Axis]| -> Vec<Axis> {
+            axes.iter()
+                .take_while(|a| !used.contains(a))
+                .copied()
+                .collect()
+        };
+        let even = |axes: &[Axis], g: i64| g % i64::from(mesh.count(axes)) == 0;
+        let mut lcs = Sh::replicated(lg.rank());
+        let mut rcs = Sh::replicated(rg.rank());
+        let pairs: Vec<(usize, usize)> = lb
+            .iter()
+            .copied()
+            .zip(rb.iter().copied())
+            .chain(lc.iter().copied().zip(rc.iter().copied()))
+            .collect();
+        for d in 0..lg.rank() {
+            let mut pick = take(&ls.dims[d], &used);
+            if !even(&pick, lg.dims()[d]) && lb.contains(&d) {
+                pick.clear();
+            }
+            used.extend(&pick);
+            lcs.dims[d] = pick;
+        }
+        for &d in &rfree {
+            let pick = take(&rs.dims[d], &used);
+            used.extend(&pick);
+            rcs.dims[d] = pick;
+        }
+        for &(l, r) in &pairs {
+            if lcs.dims[l].is_empty() {
+                let pick = take(&rs.dims[r], &used);
+                if even(&pick, lg.dims()[l]) || lc.contains(&l) {
+                    used.extend(&pick);
+                    lcs.dims[l] = pick;
+                }
+            }
+            rcs.dims[r] = lcs.dims[l].clone();
+        }
+        let mut x = self.arr(cb, &ops[0], &lg, &lcs)?;
+        let mut y = self.arr(cb, &ops[1], &rg, &rcs)?;
+        // Uneven contracting tiles hold padding: zero it on both sides before
+        // the partial products (as XLA masks).
+        let uneven = lc
+            .iter()
+            .any(|&d| lg.dims()[d] % i64::from(mesh.count(&lcs.dims[d])) != 0);
+        if uneven {
+            let mut lmask = Sh::replicated(lg.rank());
+            let mut rmask = Sh::replicated(rg.rank());
+            for (&l, &r) in lc.iter().zip(&rc) {
+                lmask.dims[l] = lcs.dims[l].clone();
+                rmask.dims[r] = rcs.dims[r].clone();
+            }
+            let zl = self.out.zero(cb, self.out.ty(x));
+            x = self.out.mask_padding(cb, x, &lmask, lg.dims(), zl);
+            let zr = self.out.zero(cb, self.out.ty(y));
+            y = self.out.mask_padding(cb, y, &rmask, rg.dims(), zr);
+        }
+        let mut out = Sh::replicated(ins.shape.rank());
+        let mut k = 0;
+        for &d in &lb {
+            out.dims[k] = lcs.dims[d].clone();
+            k += 1;
+        }
+        for &d in &lfree {
+            out.dims[k] = lcs.dims[d].clone();
+            k += 1;
+        }
+        for &d in &rfree {
+            out.dims[k] = rcs.dims[d].clone();
+            k += 1;
+        }
+        out.partial = lc.iter().flat_map(|&d| lcs.dims[d].clone()).collect();
+        self.local_op(cb, ins, vec![x, y], out, ins.attrs.clone())
+    }
+
+    fn reduce(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {
+        let n = ops.len() / 2;
+        let rdims: Vec<usize> = ins
+            .attr_ints("dimensions")
+            .unwrap_or(&[])
+            .iter()
+            .map(|&d| d as usize)
+            .collect();
+        let g = self.src.instr(ins.operands[0]).shape.clone();
+        let s = ops[0].sh[0].without_partial();
+        let reducer = ins.attr_comp("to_apply");
+        let combinable = n == 1 && reducer.is_some_and(|c| self.identity_init(c, ins.operands[1]));
+        let mut in_sh = s.clone();
+        if !combinable {
+            for &d in &rdims {
+                in_sh.dims[d].clear();
+            }
+        }
+        let mut ids = Vec::new();
+        for k in 0..n {
+            let gk = self.src.instr(ins.operands[k]).shape.clone();
+            let mut x = self.arr(cb, &ops[k], &gk, &in_sh)?;
+            if combinable {
+                let init = self.arr(
+                    cb,
+                    &ops[n + k],
+                    &self.src.instr(ins.operands[n + k]).shape,
+                    &Sh::replicated(0),
+                )?;
+                x = self.out.mask_padding(cb, x, &in_sh, gk.dims(), init);
+            }
+            ids.push(x);
+        }
+        for k in 0..n {
+            let init = self.arr(
+                cb,
+                &ops[n + k],
+                &self.src.instr(ins.operands[n + k]).shape,
+                &Sh::replicated(0),
+            )?;
+            ids.push(init);
+        }
+        let mut out = Sh::replicated(0);
+        for d in 0..g.rank() {
+            if !rdims.contains(&d) {
+                out.dims.push(in_sh.dims[d].clone());
+            } else {
+                out.partial.extend(in_sh.dims[d].iter().copied());
+            }
+        }
+        if !out.partial.is_empty() {
+            out.reducer = reducer;
+        }
+        self.local_op(cb, ins, ids, out, ins.attrs.clone())
+    }
+
+    /// Whether repeating `init` across partial reductions leaves the result
+    /// unchanged: idempotent reducers (max, min, and, or), or the identity
+    /// constant of add and multiply.
+    fn identity_init(&self, reducer: CompId, init: InstrId) -> bool {
+        let c = self.src.comp(reducer);
+        let root = self.src.instr(c.root);
+        if c.params.len() != 2 || root.operands.len() != 2 || !root.shape.dims().is_empty() {
+            return false;
+        }
+        let is_const = |v: f64| {
+            let i = self.src.instr(init);
+            i.opcode == Opcode::Constant
+                && match &i.literal {
+                    Some(tpusim_hlo::literal::Literal::Array(d)) => match d {
+                        tpusim_hlo::literal::LiteralData::Float(x) => x.first() == Some(&v),
+                        tpusim_hlo::literal::LiteralData::Int(x) => {
+                            x.first().map(|&x| x as f64) == Some(v)
+                        }
+                        tpusim_hlo::literal::LiteralData::Pred(x) => {
+                            x.first().map(|&x| f64::from(u8::from(x))) == Some(v)
+                        }
+                        _ => false,
+                    },
+                    _ => false,
+                }
+        };
+        match root.opcode {
+            Opcode::Maximum | Opcode::Minimum | Opcode::And | Opcode::Or => true,
+            Opcode::Add => is_const(0.0),
+            Opcode::Multiply => is_const(1.0),
+            _ => false,
+        }
+    }
+
+    /// Ops that need some dims whole (sliced, padded, reversed, sorted, windowed,
+    /// concatenated): those dims are gathered, the others stay tiled.
+    fn dim_constrained(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let g0 = src.instr(ins.operands[0]).shape.clone();
+        let out_leaf = leaves_of(&ins.shape);
+        let rank = out_leaf.first().map_or(0, |l| l.rank());
+        let gdims = g0.dims().to_vec();
+        let odims = out_leaf
+            .first()
+            .map(|l| l.dims().to_vec())
+            .unwrap_or_default();
+        let whole: Vec<usize> = match ins.opcode {
+            Opcode::Concatenate | Opcode::Reverse | Opcode::Sort => ins
+                .attr_ints("dimensions")
+                .unwrap_or(&[])
+                .iter()
+                .map(|&d| d as usize)
+                .collect(),
+            Opcode::ReduceWindow => match ins.attr("window") {
+                Some(AttrValue::Window(w)) => w
+                    .dims
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, d)| {
+                        d.size != 1
+                            || d.stride != 1
+                            || d.padding_low != 0
+                            || d.padding_high != 0
+                            || d.base_dilation != 1
+                            || d.window_dilation != 1
+                    })
+                    .map(|(k, _)| k)
+                    .collect(),
+                _ => (0..rank).collect(),
+            },
+            Opcode::DynamicUpdateSlice => {
+                let ud = src.instr(ins.operands[1]).shape.dims().to_vec();
+                (0..rank).filter(|&d| ud.get(d) != gdims.get(d)).collect()
+            }
+            _ => (0..rank)
+                .filter(|&d| odims.get(d) != gdims.get(d))
+                .collect(),
+        };
+        let whole: Vec<usize> = if ins.opcode == Opcode::Slice {
+            match ins.attr("slice") {
+                Some(AttrValue::Slice(sl)) => sl
+                    .iter()
+                    .enumerate()
+                    .filter(|(d, s)| s.start != 0 || s.stride != 1 || s.limit != gdims[*d])
+                    .map(|(d, _)| d)
+                    .collect(),
+                _ => (0..rank).collect(),
+            }
+        } else {
+            whole
+        };
+        let mut full = ops[0].sh[0].without_partial();
+        if ins.opcode == Opcode::DynamicUpdateSlice {
+            // The update's tiling flows into the buffer (a scan's stacked
+            // outputs): untiled buffer dims take the update's axes when free.
+            let us = ops[1].sh[0].without_partial();
+            let mut used = full.used();
+            for d in 0..full.rank().min(us.rank()) {
+                if full.dims[d].is_empty() && !whole.contains(&d) {
+                    let pick: Vec<Axis> = us.dims[d]
+                        .iter()
+                        .take_while(|a| !used.contains(a))
+                        .copied()
+                        .collect();
+                    used.extend(&pick);
+                    full.dims[d] = pick;
+                }
+            }
+        }
+        let mut target = full.clone();
+        if target.rank() != rank {
+            return self.replicated_fallback(cb, ins, ops);
+        }
+        for &d in &whole {
+            if let Some(x) = target.dims.get_mut(d) {
+                x.clear();
+            }
+        }
+        let mut ids = Vec::new();
+        for (k, o) in ops.iter().enumerate() {
+            let g = &src.instr(ins.operands[k]).shape;
+            let to: Vec<Sh> = leaves_of(g)
+                .iter()
+                .map(|l| {
+                    if l.rank() == rank {
+                        target.clone()
+                    } else {
+                        Sh::replicated(l.rank())
+                    }
+                })
+                .collect();
+            let is_init = ins.opcode == Opcode::ReduceWindow && k >= ops.len() / 2;
+            let to = if is_init { vec![Sh::replicated(0)] } else { to };
+            ids.push(self.reshard_val(cb, o, g, &to)?.id);
+        }
+        let mut attrs = ins.attrs.clone();
+        let local = target.local_dims(&self.out.mesh, &odims);
+        match ins.opcode {
+            Opcode::Slice => {
+                if let Some(AttrValue::Slice(sl)) = ins.attr("slice") {
+                    let sl: Vec<SliceDim> = sl
+                        .iter()
+                        .enumerate()
+                        .map(|(d, s)| {
+                            if whole.contains(&d) {
+                                *s
+                            } else {
+                                SliceDim {
+                                    start: 0,
+                                    limit: local[d],
+                                    stride: 1,
+                                }
+                            }
+                        })
+                        .collect();
+                    set_attr(&mut attrs, "slice", AttrValue::Slice(sl));
+                }
+            }
+            Opcode::DynamicSlice => {
+                set_attr(
+                    &mut attrs,
+                    "dynamic_slice_sizes",
+                    AttrValue::Ints(local.clone()),
+                );
+            }
+            _ => {}
+        }
+        let v = self.local_op(cb, ins, ids, target, attrs)?;
+        // XLA propagates the operand's tiling through the op: the result is
+        // sliced back to it (a free dynamic-slice).
+        let back: Vec<Sh> = out_leaf
+            .iter()
+            .map(|l| {
+                if l.rank() == full.rank() {
+                    full.clone()
+                } else {
+                    Sh::replicated(l.rank())
+                }
+            })
+            .collect();
+        self.reshard_val(cb, &v, &ins.shape, &back)
+    }
+
+    fn gather(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let og = src.instr(ins.operands[0]).shape.clone();
+        let ig = src.instr(ins.operands[1]).shape.clone();
+        let offset: Vec<usize> = ins
+            .attr_ints("offset_dims")
+            .unwrap_or(&[])
+            .iter()
+            .map(|&d| d as usize)
+            .collect();
+        let ivd = ins.attr_int("index_vector_dim").unwrap_or(ig.rank() as i64) as usize;
+        let is = ops[1].sh[0].without_partial();
+        let mut idx_sh = is.clone();
+        if let Some(d) = idx_sh.dims.get_mut(ivd) {
+            d.clear();
+        }
+        // Batching dims (take_along_axis) pair operand and index dims: they
+        // must be tiled alike; every other operand dim is gathered.
+        let ints = |n: &str| -> Vec<usize> {
+            ins.attr_ints(n)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&d| d as usize)
+                .collect()
+        };
+        let mut op_sh = Sh::replicated(og.rank());
+        let op_batch = ints("operand_batching_dims");
+        let idx_batch = ints("start_indices_batching_dims");
+        for d in 0..idx_sh.rank() {
+            if let Some(k) = idx_batch.iter().position(|&b| b == d) {
+                op_sh.dims[op_batch[k]] = idx_sh.dims[d].clone();
+            }
+        }
+        // Operand dims taken whole by every slice pass through to the output's
+        // offset dims with their tiling (no communication).
+        let collapsed = ints("collapsed_slice_dims");
+        let index_map = ints("start_index_map");
+        let mut slice_sizes: Vec<i64> = ins.attr_ints("slice_sizes").unwrap_or(&[]).to_vec();
+        let window: Vec<usize> = (0..og.rank())
+            .filter(|d| !collapsed.contains(d) && !op_batch.contains(d))
+            .collect();
+        let mut used = idx_sh.used();
+        let os = ops[0].sh[0].without_partial();
+        for &d in &window {
+            let whole = slice_sizes.get(d) == og.dims().get(d);
+            if whole && !index_map.contains(&d) {
+                let pick: Vec<Axis> = os.dims[d]
+                    .iter()
+                    .take_while(|a| !used.contains(a))
+                    .copied()
+                    .collect();
+                used.extend(&pick);
+                op_sh.dims[d] = pick;
+            }
+        }
+        let local_op = op_sh.local_dims(&self.out.mesh, og.dims());
+        for &d in &window {
+            if !op_sh.dims[d].is_empty() {
+                slice_sizes[d] = local_op[d];
+            }
+        }
+        let x = self.arr(cb, &ops[0], &og, &op_sh)?;
+        let y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        let batch_in: Vec<usize> = (0..ig.rank()).filter(|&d| d != ivd).collect();
+        let batch_out: Vec<usize> = (0..ins.shape.rank())
+            .filter(|d| !offset.contains(d))
+            .collect();
+        let mut out = Sh::replicated(ins.shape.rank());
+        for (bo, bi) in batch_out.iter().zip(&batch_in) {
+            out.dims[*bo] = idx_sh.dims[*bi].clone();
+        }
+        for (&o, &d) in offset.iter().zip(&window) {
+            out.dims[o] = op_sh.dims[d].clone();
+        }
+        let mut attrs = ins.attrs.clone();
+        set_attr(&mut attrs, "slice_sizes", AttrValue::Ints(slice_sizes));
+        self.local_op(cb, ins, vec![x, y], out, attrs)
+    }
+
+    fn convolution(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let Some(AttrValue::DimLabels(dl)) = ins.attr("dim_labels") else {
+            return self.replicated_fallback(cb, ins, ops);
+        };
+        let groups = ins.attr_int("batch_group_count").unwrap_or(1);
+        if groups != 1 {
+            return self.replicated_fallback(cb, ins, ops);
+        }
+        let lg = self.src.instr(ins.operands[0]).shape.clone();
+        let rg = self.src.instr(ins.operands[1]).shape.clone();
+        let ib = dl.input_batch as usize;
+        let mut ls = Sh::replicated(lg.rank());
+        ls.dims[ib] = ops[0].sh[0].dims.get(ib).cloned().unwrap_or_default();
+        // The kernel's output features keep their tiling where its axes are free
+        // (and there is no feature grouping to keep aligned).
+        let mut rs = Sh::replicated(rg.rank());
+        let kof = dl.kernel_output_feature as usize;
+        if ins.attr_int("feature_group_count").unwrap_or(1) == 1 {
+            rs.dims[kof] = ops[1].sh[0]
+                .dims
+                .get(kof)
+                .map(|axes| {
+                    axes.iter()
+                        .take_while(|a| !ls.dims[ib].contains(a))
+                        .copied()
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+        let x = self.arr(cb, &ops[0], &lg, &ls)?;
+        let y = self.arr(cb, &ops[1], &rg, &rs)?;
+        let mut out = Sh::replicated(ins.shape.rank());
+        out.dims[dl.output_batch as usize] = ls.dims[ib].clone();
+        out.dims[dl.output_feature as usize] = rs.dims[kof].clone();
+        self.local_op(cb, ins, vec![x, y], out, ins.attrs.clone())
+    }
+
+    fn while_loop(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let (Some(body), Some(cond)) = (ins.attr_comp("body"), ins.attr_comp("condition")) else {
+            return Err(self.unsupported(ins, "while without body or condition"));
+        };
+        let g = &self.src.instr(ins.operands[0]).shape;
+        let mut carried: Vec<Sh> = ops[0].sh.iter().map(Sh::without_partial).collect();
+        // XLA also propagates a loop's shardings backward from its body: a
+        // carried value that enters untiled (a zero-initialized scan buffer) but
+        // that the body tiles is carried tiled. One exploratory pass of the body
+        // finds those (bounded to shallow nesting: each level doubles the work).
+        if self.depth < EXPLORE_LOOPS_DEPTH {
+            let (explored, natural) =
+                self.computation(body, std::slice::from_ref(&carried), None)?;
+            let param = self.out.m.comp(explored).params.first().copied();
+            for (k, c) in carried.iter_mut().enumerate() {
+                let want = param.and_then(|p| self.wanted.get(&(p, k)));
+                if let Some(w) = want.filter(|w| c.is_replicated() && w.rank() == c.rank()) {
+                    *c = w.clone();
+                }
+            }
+            let mesh = self.out.mesh.clone();
+            for (c, n) in carried.iter_mut().zip(natural) {
+                if c.rank() == n.rank()
+                    && c.total_tiles(&mesh) < n.total_tiles(&mesh)
+                    && c.used().iter().all(|a| n.used().contains(a))
+                {
+                    *c = n.without_partial();
+                }
+            }
+        }
+        let init = self.reshard_val(cb, &ops[0], g, &carried)?;
+        let (b, _) = self.computation(body, std::slice::from_ref(&carried), Some(&carried))?;
+        let (c, _) = self.computation(
+            cond,
+            std::slice::from_ref(&carried),
+            Some(&[Sh::replicated(0)]),
+        )?;
+        let mut attrs = clean_attrs(&ins.attrs);
+        set_attr(&mut attrs, "body", AttrValue::Comp(b));
+        set_attr(&mut attrs, "condition", AttrValue::Comp(c));
+        let shape = self.local_shape(&ins.shape, &carried);
+        let id = self.copy_as(cb, ins, shape, vec![init.id], attrs);
+        Ok(Val { id, sh: carried })
+    }
+
+    fn conditional(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let branches: Vec<CompId> = match (
+            ins.attr("branch_computations"),
+            ins.attr_comp("true_computation"),
+            ins.attr_comp("false_computation"),
+        ) {
+            (Some(AttrValue::Comps(cs)), _, _) => cs.clone(),
+            (_, Some(t), Some(f)) => vec![t, f],
+            _ => return Err(self.unsupported(ins, "conditional without branches")),
+        };
+        let pg = &self.src.instr(ins.operands[0]).shape;
+        let pred = self.arr(cb, &ops[0], pg, &Sh::replicated(0))?;
+        let mut new = Vec::new();
+        let mut result: Option<Vec<Sh>> = None;
+        for (k, &b) in branches.iter().enumerate() {
+            let arg = ops
+                .get(k + 1)
+                .ok_or_else(|| self.unsupported(ins, "missing branch operand"))?;
+            let (c, sh) = self.computation(b, std::slice::from_ref(&arg.sh), result.as_deref())?;
+            result.get_or_insert(sh);
+            new.push(c);
+        }
+        let sh = result.unwrap_or_default();
+        let mut attrs = clean_attrs(&ins.attrs);
+        if ins.attr("branch_computations").is_some() {
+            set_attr(&mut attrs, "branch_computations", AttrValue::Comps(new));
+        } else {
+            set_attr(&mut attrs, "true_computation", AttrValue::Comp(new[0]));
+            set_attr(&mut attrs, "false_computation", AttrValue::Comp(new[1]));
+        }
+        let shape = self.local_shape(&ins.shape, &sh);
+        let mut operands = vec![pred];
+        operands.extend(ops[1..].iter().map(|o| o.id));
+        let id = self.copy_as(cb, ins, shape, operands, attrs);
+        Ok(Val { id, sh })
+    }
+
+    fn custom_call(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let target = ins.attr_ident("custom_call_target").unwrap_or("");
+        match target {
+            "Sharding" if matches!(ins.sharding(), Some(Sharding::Single(x)) if x.kind == tpusim_hlo::attr::ShardingKind::Manual) => {
+                Ok(ops[0].clone())
+            }
+            "Sharding" => {
+                let to = self.annotation(ins)?.ok_or_else(|| {
+                    self.unsupported(ins, "Sharding custom-call without a sharding")
+                })?;
+                let g = &self.src.instr(ins.operands[0]).shape;
+                self.reshard_val(cb, &ops[0], g, &to)
+            }
+            "xla.sdy.FuncResultSharding" => Ok(ops[0].clone()),
+            "xla.sdy.GlobalToLocalShape" => self.global_to_local(cb, ins, ops),
+            "xla.sdy.LocalToGlobalShape" => self.local_to_global(cb, ins, ops),
+            "SPMDFullToShardShape" => {
+                // The operand went through a `Sharding` custom-call to its tiled
+                // sharding: its local value is the shard the region works on.
+                let rank = ins.shape.rank();
+                Ok(Val {
+                    id: ops[0].id,
+                    sh: vec![Sh::replicated(rank)],
+                })
+            }
+            "SPMDShardToFullShape" => {
+                let to = self.annotation(ins)?.ok_or_else(|| {
+                    self.unsupported(ins, "SPMDShardToFullShape without a sharding")
+                })?;
+                self.check_local(ins, ops[0].id, &ins.shape, &to[0])?;
+                Ok(Val {
+                    id: ops[0].id,
+                    sh: to,
+                })
+            }
+            t if t.starts_with("xla.sdy.") => Err(self.unsupported(
+                ins,
+                format!("Shardy custom-call '{t}' is not partitioned yet"),
+            )),
+            _ => self.replicated_fallback(cb, ins, ops),
+        }
+    }
+}
+
+/// Reshape's output sharding for operand sharding `s`, when every tiled input
+/// dim maps onto an output dim it stays the major part of; `None` otherwise.
+fn reshape_sharding(g_in: &[i64], g_out: &[i64], s: &Sh, mesh: &crate::mesh::Mesh) -> Option<Sh> {
+    let mut out = Sh::replicated(g_out.len());
+    let (mut i, mut j) = (0usize, 0usize);
+    while i < g_in.len() || j < g_out.len() {
+        // One group: the shortest runs of dims with equal products.
+        let (i0, j0) = (i, j);
+        let (mut pi, mut pj) = (1i64, 1i64);
+        loop {
+            if pi == pj
+                && (i > i0 || j > j0)
+                && (pi != 1
+                    || (i >= g_in.len() || g_in[i] != 1) && (j >= g_out.len() || g_out[j] != 1))
+            {
+                break;
+            }
+            if pi <= pj && i < g_in.len() {
+                pi *= g_in[i];
+                i += 1;
+            } else if j < g_out.len() {
+                pj *= g_out[j];
+                j += 1;
+            } else if i < g_in.len() {
+                pi *= g_in[i];
+                i += 1;
+            } else {
+                break;
+            }
+        }
+        let sharded: Vec<usize> = (i0..i).filter(|&d| !s.dims[d].is_empty()).collect();
+        match sharded.as_slice() {
+            [] => {}
+            [d] => {
+                let major_in = (i0..i).find(|&k| g_in[k] != 1)?;
+                let major_out = (j0..j).find(|&k| g_out[k] != 1)?;
+                let t = i64::from(mesh.count(&s.dims[*d]));
+                let one_to_one = i - i0 == 1 && j - j0 == 1;
+                if *d != major_in || !(one_to_one || g_out[major_out] % t == 0 && g_in[*d] % t == 0)
+                {
+                    return None;
+                }
+                out.dims[major_out] = s.dims[*d].clone();
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Attributes of a copied instruction without the Shardy frontend attributes
+/// (which mark a module as unpartitioned).
+pub fn clean_attrs(attrs: &[tpusim_hlo::Attr]) -> Vec<tpusim_hlo::Attr> {
+    attrs
+        .iter()
+        .filter(|a| {
+            !(a.name == "frontend_attributes"
+                && matches!(&a.value, AttrValue::FrontendAttrs(kv) if kv.iter().all(|(k, _)| k.starts_with("xla.sdy"))))
+        })
+        .cloned()
+        .collect()
+}
+
+pub fn sharding_text(s: &SingleSharding) -> String {
+    let m = tpusim_hlo::parse_module("HloModule s\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n");
+    match m {
+        Ok(m) => {
+            let mut out = String::new();
+            tpusim_hlo::printer::write_attr_value(
+                &mut out,
+                &m,
+                &AttrValue::Sharding(Box::new(Sharding::Single(s.clone()))),
+            );
+            out
+        }
+        Err(_) => format!("{s:?}"),
+    }
+}
+
+impl Partitioner<'_> {
+    /// Sharding of `values` of a Shardy per-value attribute over manual axes.
+    fn sdy_shardings(
+        &self,
+        ins: &Instruction,
+        key: &str,
+        manual: &[String],
+    ) -> Result<Vec<Sh>, SpmdError> {
+        let text = tpusim_hlo::sdy::frontend_attr(ins, key)
+            .ok_or_else(|| self.unsupported(ins, format!("no {key}")))?;
+        let values =
+            tpusim_hlo::sdy::parse_per_value(text).map_err(|e| self.unsupported(ins, e))?;
+        values
+            .iter()
+            .map(|dims| {
+                let mut sh = Sh::replicated(dims.len());
+                for (d, axes) in dims.iter().enumerate() {
+                    for r in axes {
+                        if !manual.contains(&r.name) {
+                            return Err(self.unsupported(
+                                ins,
+                                format!(
+                                    "sharding {text} tiles a dim by the free axis '{}' of a partially manual region",
+                                    r.name
+                                ),
+                            ));
+                        }
+                        let f = self.out.mesh.named_axes(&r.name, r.sub).ok_or_else(|| {
+                            SpmdError::UnknownAxis {
+                                instr: ins.name.clone(),
+                                axis: r.name.clone(),
+                                sharding: text.to_string(),
+                                mesh: format!("{:?}", self.out.mesh.named),
+                            }
+                        })?;
+                        sh.dims[d].extend(f);
+                    }
+                }
+                Ok(sh)
+            })
+            .collect()
+    }
+
+    fn manual_axes(&self, ins: &Instruction) -> Result<Vec<String>, SpmdError> {
+        let text = tpusim_hlo::sdy::frontend_attr(ins, "xla.sdy.manual_axes")
+            .ok_or_else(|| self.unsupported(ins, "no xla.sdy.manual_axes"))?;
+        Ok(tpusim_hlo::sdy::parse_manual_axes(text))
+    }
+
+    /// Checks that a local value has the per-device dims `sh` gives `global`.
+    fn check_local(
+        &self,
+        ins: &Instruction,
+        id: InstrId,
+        global: &Shape,
+        sh: &Sh,
+    ) -> Result<(), SpmdError> {
+        let want = sh.local_dims(&self.out.mesh, global.dims());
+        let have = self.out.dims(id);
+        if want != have
+            || global
+                .dims()
+                .iter()
+                .zip(&want)
+                .enumerate()
+                .any(|(d, (g, w))| w * i64::from(sh.tiles(&self.out.mesh, d)) != *g)
+        {
+            return Err(SpmdError::BadSharding {
+                instr: ins.name.clone(),
+                sharding: format!("{sh:?}"),
+                why: format!(
+                    "its shards {have:?} do not tile the global dims {:?} evenly",
+                    global.dims()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn global_to_local(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let manual = self.manual_axes(ins)?;
+        if let Some(outer) = self.manual.iter().flatten().find(|a| manual.contains(a)) {
+            return Err(SpmdError::ConflictingManual {
+                instr: ins.name.clone(),
+                why: format!("axis '{outer}' is already manual in an enclosing shard_map region"),
+            });
+        }
+        let shs = self.sdy_shardings(ins, "xla.sdy.in_shardings", &manual)?;
+        if shs.len() != ops.len() {
+            return Err(self.unsupported(ins, "in_shardings do not match the operands"));
+        }
+        let mut ids = Vec::new();
+        for (k, (o, sh)) in ops.iter().zip(&shs).enumerate() {
+            let g = &self.src.instr(ins.operands[k]).shape;
+            let x = self.arr(cb, o, g, sh)?;
+            self.check_local(ins, x, g, sh)?;
+            ids.push(x);
+        }
+        self.manual.push(manual);
+        let leaves = leaves_of(&ins.shape);
+        let sh: Vec<Sh> = leaves.iter().map(|l| Sh::replicated(l.rank())).collect();
+        if ins.shape.is_tuple() {
+            let shape = Shape::Tuple(ids.iter().map(|&i| self.out.shape(i).clone()).collect());
+            let id = self
+                .out
+                .emit(cb, "tuple", Opcode::Tuple, shape, ids, vec![]);
+            return Ok(Val { id, sh });
+        }
+        Ok(Val { id: ids[0], sh })
+    }
+
+    fn local_to_global(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let manual = self.manual_axes(ins)?;
+        match self.manual.last() {
+            Some(m) if *m == manual => {
+                self.manual.pop();
+            }
+            _ => {
+                return Err(SpmdError::ConflictingManual {
+                    instr: ins.name.clone(),
+                    why: format!("it leaves a region manual over {manual:?}, which is not the innermost one entered"),
+                })
+            }
+        }
+        let shs = self.sdy_shardings(ins, "xla.sdy.out_shardings", &manual)?;
+        let leaves = leaves_of(&ins.shape);
+        if shs.len() != ops.len() || leaves.len() != ops.len() {
+            return Err(self.unsupported(ins, "out_shardings do not match the operands"));
+        }
+        let mut ids = Vec::new();
+        for (k, (o, sh)) in ops.iter().zip(&shs).enumerate() {
+            let g = &self.src.instr(ins.operands[k]).shape;
+            let x = self.arr(cb, o, g, &Sh::replicated(g.rank()))?;
+            self.check_local(ins, x, &leaves[k], sh)?;
+            ids.push(x);
+        }
+        if ins.shape.is_tuple() {
+            let shape = Shape::Tuple(ids.iter().map(|&i| self.out.shape(i).clone()).collect());
+            let id = self
+                .out
+                .emit(cb, "tuple", Opcode::Tuple, shape, ids, vec![]);
+            return Ok(Val { id, sh: shs });
+        }
+        Ok(Val {
+            id: ids[0],
+            sh: shs,
+        })
+    }
+}
+
+impl Partitioner<'_> {
+    /// Scatter-add with indices tiled along their batch dims (an embedding
+    /// gradient): every device scatters its updates into zeros, the partial
+    /// results are all-reduced and added to the (replicated) operand, as XLA's
+    /// index-parallel strategy does. Other scatters run replicated.
+    fn scatter(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let is_add = ops.len() == 3
+            && ins.attr_comp("to_apply").is_some_and(|c| {
+                let c = src.comp(c);
+                src.instr(c.root).opcode == Opcode::Add && c.params.len() == 2
+            });
+        let ig = src.instr(ins.operands[1]).shape.clone();
+        let ug = src.instr(ins.operands[2]).shape.clone();
+        let og = src.instr(ins.operands[0]).shape.clone();
+        let ivd = ins.attr_int("index_vector_dim").unwrap_or(ig.rank() as i64) as usize;
+        let window: Vec<usize> = ins
+            .attr_ints("update_window_dims")
+            .unwrap_or(&[])
+            .iter()
+            .map(|&d| d as usize)
+            .collect();
+        let has_batching = ins
+            .attr_ints("input_batching_dims")
+            .is_some_and(|d| !d.is_empty());
+        let mut idx_sh = ops[1].sh[0].without_partial();
+        if let Some(d) = idx_sh.dims.get_mut(ivd) {
+            d.clear();
+        }
+        if has_batching && ops.len() == 3 {
+            return self.scatter_batched(cb, ins, ops, idx_sh, ivd, &window);
+        }
+        if !is_add || has_batching || idx_sh.used().is_empty() || og.as_array().is_none() {
+            return self.replicated_fallback(cb, ins, ops);
+        }
+        let batch_in: Vec<usize> = (0..ig.rank()).filter(|&d| d != ivd).collect();
+        let scatter_dims: Vec<usize> = (0..ug.rank()).filter(|d| !window.contains(d)).collect();
+        let mut upd_sh = Sh::replicated(ug.rank());
+        for (&u, &i) in scatter_dims.iter().zip(&batch_in) {
+            upd_sh.dims[u] = idx_sh.dims[i].clone();
+        }
+        let partial = idx_sh.used();
+        let operand = self.arr(cb, &ops[0], &og, &Sh::replicated(og.rank()))?;
+        let idx = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        let upd = self.arr(cb, &ops[2], &ug, &upd_sh)?;
+        let ty = self.out.ty(operand);
+        let zero = self.out.zero(cb, ty);
+        let zeros = self.out.emit(
+            cb,
+            "broadcast",
+            Opcode::Broadcast,
+            og.clone(),
+            vec![zero],
+            vec![attr("dimensions", AttrValue::Ints(vec![]))],
+        );
+        let local = self.copy_as(
+            cb,
+            ins,
+            og.clone(),
+            vec![zeros, idx, upd],
+            ins.attrs.clone(),
+        );
+        let summed = self
+            .out
+            .all_reduce(cb, local, &partial, ins.attr_comp("to_apply"));
+        let id = self.out.emit(
+            cb,
+            "add",
+            Opcode::Add,
+            og.clone(),
+            vec![operand, summed],
+            vec![],
+        );
+        Ok(Val {
+            id,
+            sh: vec![Sh::replicated(og.rank())],
+        })
+    }
+}
+
+impl Partitioner<'_> {
+    /// Scatter with batching dims (the gradient of take_along_axis): operand
+    /// and updates are tiled like the indices' batching dims, so every device
+    /// scatters into its own slice, with no communication (as XLA does).
+    fn scatter_batched(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+        mut idx_sh: Sh,
+        ivd: usize,
+        window: &[usize],
+    ) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let og = src.instr(ins.operands[0]).shape.clone();
+        let ig = src.instr(ins.operands[1]).shape.clone();
+        let ug = src.instr(ins.operands[2]).shape.clone();
+        let ints = |n: &str| -> Vec<usize> {
+            ins.attr_ints(n)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&d| d as usize)
+                .collect()
+        };
+        let op_batch = ints("input_batching_dims");
+        let idx_batch = ints("scatter_indices_batching_dims");
+        for d in 0..idx_sh.rank() {
+            if !idx_batch.contains(&d) {
+                idx_sh.dims[d].clear();
+            }
+        }
+        let mut op_sh = Sh::replicated(og.rank());
+        for (k, &d) in idx_batch.iter().enumerate() {
+            if let (Some(&o), Some(axes)) = (op_batch.get(k), idx_sh.dims.get(d)) {
+                op_sh.dims[o] = axes.clone();
+            }
+        }
+        let batch_in: Vec<usize> = (0..ig.rank()).filter(|&d| d != ivd).collect();
+        let scatter_dims: Vec<usize> = (0..ug.rank()).filter(|d| !window.contains(d)).collect();
+        let mut upd_sh = Sh::replicated(ug.rank());
+        for (&u, &i) in scatter_dims.iter().zip(&batch_in) {
+            upd_sh.dims[u] = idx_sh.dims[i].clone();
+        }
+        let x = self.arr(cb, &ops[0], &og, &op_sh)?;
+        let y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        let z = self.arr(cb, &ops[2], &ug, &upd_sh)?;
+        self.local_op(cb, ins, vec![x, y, z], op_sh, ins.attrs.clone())
+    }
+}

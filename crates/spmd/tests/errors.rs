@@ -1,0 +1,127 @@
+//! Bad input gets a clear error naming the instruction and the sharding, never a
+//! panic or a silently unpartitioned module.
+
+use tpusim_spmd::{partition, PartitionOptions, SpmdError};
+
+fn partition_text(text: &str, devices: Option<u32>) -> Result<tpusim_hlo::Module, SpmdError> {
+    let m = tpusim_hlo::parse_module(text).expect("test module parses");
+    partition(
+        &m,
+        &PartitionOptions {
+            num_devices: devices,
+        },
+    )
+}
+
+const MESH_2X4: &str =
+    r#"frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["data"=2, "model"=4]>}}"#;
+
+#[test]
+fn tile_count_other_than_the_device_count_names_instruction_and_sharding() {
+    let text = format!(
+        "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[4,1]<=[4]}}\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
+    );
+    let e = partition_text(&text, None).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SpmdError::TileCount {
+                tiles: 4,
+                devices: 8,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("x.1") && msg.contains("devices=[4,1]"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn asking_for_another_device_count_is_an_error() {
+    // Without a mesh: the sharding's tile count is checked.
+    let text = "HloModule m\nENTRY e {\n  x.1 = f32[8,8] parameter(0), sharding={devices=[8,1]<=[8]}\n  ROOT n = f32[8,8] negate(x.1)\n}\n";
+    let e = partition_text(text, Some(4)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SpmdError::TileCount {
+                devices: 4,
+                tiles: 8,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // With a Shardy mesh: the mesh's size is.
+    let text = format!(
+        "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[8,1]<=[8]}}\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
+    );
+    let e = partition_text(&text, Some(4)).unwrap_err();
+    assert!(
+        matches!(&e, SpmdError::Mesh(why) if why.contains("data=2 x model=4")),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_mesh_axis_is_named() {
+    let text = format!(
+        "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[2,1,4]<=[8] last_tile_dim_replicate}}, frontend_attributes={{xla.sdy.sharding=\"#sdy.sharding<@mesh, [{{\\\"batch\\\"}}, {{}}]>\"}}\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
+    );
+    let e = partition_text(&text, None).unwrap_err();
+    match &e {
+        SpmdError::UnknownAxis { instr, axis, .. } => {
+            assert_eq!(instr, "x.1");
+            assert_eq!(axis, "batch");
+        }
+        other => panic!("expected UnknownAxis, got {other}"),
+    }
+    assert!(e.to_string().contains("data=2"), "{e}");
+}
+
+#[test]
+fn nested_manual_regions_over_the_same_axis_conflict() {
+    let manual = r##"frontend_attributes={xla.sdy.in_shardings="#sdy.sharding_per_value<[<@mesh, [{\"data\"}, {}]>]>",xla.sdy.manual_axes="#sdy<manual_axes{\"data\"}>"}"##;
+    let text = format!(
+        "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[2,1,4]<=[8] last_tile_dim_replicate}}\n  a.1 = f32[4,8] custom-call(x.1), custom_call_target=\"xla.sdy.GlobalToLocalShape\", {manual}\n  ROOT b.1 = f32[2,8] custom-call(a.1), custom_call_target=\"xla.sdy.GlobalToLocalShape\", {manual}\n}}\n"
+    );
+    let e = partition_text(&text, None).unwrap_err();
+    match &e {
+        SpmdError::ConflictingManual { instr, why } => {
+            assert_eq!(instr, "b.1");
+            assert!(why.contains("data"), "{why}");
+        }
+        other => panic!("expected ConflictingManual, got {other}"),
+    }
+}
+
+#[test]
+fn host_io_in_a_sharded_module_is_unsupported_not_dropped() {
+    let text = format!(
+        "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[8,1]<=[8]}}\n  tok = token[] after-all()\n  inf = ((f32[8,8]), token[]) infeed(tok)\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
+    );
+    let e = partition_text(&text, None).unwrap_err();
+    match &e {
+        SpmdError::Unsupported { instr, opcode, .. } => {
+            assert_eq!(instr, "inf");
+            assert_eq!(opcode, "infeed");
+        }
+        other => panic!("expected Unsupported, got {other}"),
+    }
+}
+
+#[test]
+fn an_irregular_device_order_is_a_sharding_error() {
+    let text = format!(
+        "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[8,1]0,3,1,2,4,5,6,7}}\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
+    );
+    let e = partition_text(&text, None).unwrap_err();
+    assert!(
+        matches!(&e, SpmdError::BadSharding { instr, .. } if instr == "x.1"),
+        "{e}"
+    );
+}
