@@ -32,6 +32,7 @@ def analyze_json(
     slices: int = 1,
     network: Optional[str] = None,
     device_order: Optional[str] = None,
+    as_given: bool = False,
 ) -> str: ...
 def trace_views(
     text: str,
@@ -43,6 +44,7 @@ def trace_views(
     slices: int = 1,
     network: Optional[str] = None,
     device_order: Optional[str] = None,
+    as_given: bool = False,
     force: bool = False,
     timestamp: bool = False,
 ) -> Tuple[str, str, str]: ...

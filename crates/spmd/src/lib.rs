@@ -139,7 +139,14 @@ pub fn needs_partitioning(m: &Module) -> bool {
                 Some("Sharding" | "SPMDFullToShardShape" | "SPMDShardToFullShape")
             )
     });
-    let unpartitioned_tiling = m.config.num_partitions.unwrap_or(1) <= 1 && largest_tiling(m) > 1;
+    // A module that already holds collectives was partitioned (some dumps drop
+    // `num_partitions`); its shardings describe its global arrays, not work to do.
+    let has_collectives = m
+        .instrs
+        .iter()
+        .any(|i| i.opcode.category() == tpusim_hlo::OpCategory::Collective);
+    let unpartitioned_tiling =
+        m.config.num_partitions.unwrap_or(1) <= 1 && !has_collectives && largest_tiling(m) > 1;
     mesh_devices > 1 || has_marker || unpartitioned_tiling
 }
 

@@ -125,3 +125,15 @@ fn an_irregular_device_order_is_a_sharding_error() {
         "{e}"
     );
 }
+
+/// A partitioned module whose header lost `num_partitions` (as some benchmark
+/// dumps do) holds collectives: it is not partitioned a second time.
+#[test]
+fn modules_that_hold_collectives_are_already_partitioned() {
+    let partitioned = "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  x = f32[2,8] parameter(0), sharding={devices=[4,1]<=[4]}\n  ROOT r = f32[2,8] all-reduce(x), replica_groups={}, to_apply=add\n}\n";
+    let m = tpusim_hlo::parse_module(partitioned).expect("parses");
+    assert!(!tpusim_spmd::needs_partitioning(&m));
+    let unpartitioned = "HloModule m\nENTRY e {\n  x = f32[8,8] parameter(0), sharding={devices=[4,1]<=[4]}\n  ROOT n = f32[8,8] negate(x)\n}\n";
+    let m = tpusim_hlo::parse_module(unpartitioned).expect("parses");
+    assert!(tpusim_spmd::needs_partitioning(&m));
+}
