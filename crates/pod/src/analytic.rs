@@ -1,14 +1,19 @@
 //! The scaling book's collective cost model.
 //!
 //! `V` is the collective's array size per device ([`Collective::bytes`]).
-//! Along one axis of `n` members a bidirectional ring moves a whole shard
-//! one neighbour per step in both directions: `n/2` steps when the axis
-//! closes a ring, `n − 1` on a line without wraparound. Gathering `V` over
-//! that axis alone therefore runs at an effective bandwidth
-//! `W · n / steps` (2W on a ring, as the book's `V / W_bidi`; `n/(n−1)·W` on
-//! a line, as its `(n−1)·shard / W`). A group spanning several axes splits
-//! its data over all of them, so their effective bandwidths add: `T =
-//! V / Σ eff` (the book's `V / (k · W_bidi)` for `k` wrapped axes).
+//! Along one axis of `n` members every member must receive the `n − 1`
+//! other shards. A closed ring of more than two members does it
+//! bandwidth-optimally over both directions: `(n − 1)/2` shards per link,
+//! `T = (n − 1)/n · V / W_bidi` (the book's `V / W_bidi` drops the
+//! `(n − 1)/n`: it counts `n/2` whole-shard hops). A line (no wraparound),
+//! and two members on one link pair, move them one way: `(n − 1)·shard / W`.
+//! A group spanning several axes splits its data into one part per axis,
+//! each visiting the axes in a rotated order so all links work at once; a
+//! member moves on when its own parts are done, so the busiest axis (its
+//! stages summed over the parts) sets the time (on equal wrapped axes this
+//! is the bound `(N − 1)/N · V / (k · W_bidi)`; the book writes
+//! `V / (k · W_bidi)`). Neither model ever beats
+//! [`crate::bound::bandwidth_bound`].
 //! Each step also costs its hops' latency; a step is latency-bound when its
 //! shard is smaller than `W × hop latency` (45 kB on a v5e), and the collective
 //! takes `max(latency, bandwidth)`.
@@ -127,9 +132,11 @@ fn group_cost(pod: &Pod, kind: CollectiveKind, v: f64, g: &[u32]) -> Cost {
     }
     let n = f64::from(geo.size.max(1));
     let local: Vec<AxisSpan> = geo.local_axes().cloned().collect();
+    // An all-reduce is a reduce-scatter and its mirror-image all-gather.
+    let scatter = kind != CollectiveKind::AllGather;
     let ring_time = |bytes: f64| -> Phase {
         if geo.regular {
-            gather(&local, bytes)
+            gather(&local, bytes, scatter)
         } else {
             single_ring(pod, g, bytes)
         }
@@ -139,9 +146,8 @@ fn group_cost(pod: &Pod, kind: CollectiveKind, v: f64, g: &[u32]) -> Cost {
         CollectiveKind::AllGather | CollectiveKind::ReduceScatter => {
             if let Some(d) = geo.dcn() {
                 // Exchange shards between slices, then gather within each.
-                let shard = v / n;
                 dcn = Phase {
-                    bw: f64::from(d.n - 1) * shard / d.bw,
+                    bw: dcn_exchange(pod, g, kind, v, d.bw),
                     lat: d.lat,
                 };
             }
@@ -149,10 +155,8 @@ fn group_cost(pod: &Pod, kind: CollectiveKind, v: f64, g: &[u32]) -> Cost {
         }
         CollectiveKind::AllReduce => {
             if let Some(d) = geo.dcn() {
-                let chunk = v / f64::from(geo.per_slice());
-                let k = f64::from(d.n);
                 dcn = Phase {
-                    bw: 2.0 * (k - 1.0) / k * chunk / d.bw,
+                    bw: dcn_exchange(pod, g, kind, v, d.bw),
                     lat: 2.0 * d.lat,
                 };
             }
@@ -167,23 +171,24 @@ fn group_cost(pod: &Pod, kind: CollectiveKind, v: f64, g: &[u32]) -> Cost {
         }
         CollectiveKind::AllToAll => {
             if let Some(d) = geo.dcn() {
-                let k = f64::from(d.n);
                 dcn = Phase {
-                    bw: v * (k - 1.0) / k / d.bw,
+                    bw: dcn_exchange(pod, g, kind, v, d.bw),
                     lat: d.lat,
                 };
             }
-            (all_to_all(&local), v / n)
+            let per_byte = all_to_all(&local);
+            let mut ici = Phase {
+                bw: v * per_byte.bw,
+                lat: per_byte.lat,
+            };
+            if !geo.regular {
+                // The bisection formula assumes a sub-block: route every
+                // pair as the simulation does and take the busiest link.
+                ici.bw = irregular_all_to_all(pod, g, v);
+            }
+            (ici, v / n)
         }
         CollectiveKind::CollectivePermute => (Phase::default(), v),
-    };
-    let ici = if kind == CollectiveKind::AllToAll {
-        Phase {
-            bw: v * ici.bw,
-            lat: ici.lat,
-        }
-    } else {
-        ici
     };
     let threshold = local.iter().map(|a| a.bw * a.lat).fold(0.0, f64::max);
     if ici.lat > ici.bw && ici.lat > 0.0 {
@@ -208,6 +213,35 @@ fn group_cost(pod: &Pod, kind: CollectiveKind, v: f64, g: &[u32]) -> Cost {
     }
 }
 
+/// Bandwidth time of the DCN exchange: the slowest slice's member chips
+/// move, each over its one DCN link, the bytes its `m` of the group's `n`
+/// members exchange with the other slices: the other slices' shards for a
+/// gather or scatter (`(n − m)/n · V`; `(k − 1)` shards per chip on `k`
+/// equal slices), twice that for an all-reduce (a reduce-scatter and an
+/// all-gather of the slice's part, `2 (k − 1)/k` of it), and each member's
+/// chunks for the other slices' members for an all-to-all.
+fn dcn_exchange(pod: &Pod, g: &[u32], kind: CollectiveKind, v: f64, bw: f64) -> f64 {
+    let Some(ps) = places(pod, g) else {
+        return 0.0;
+    };
+    let n = ps.len() as f64;
+    let mut slices: Vec<(u32, u32)> = ps.iter().map(|p| (p.slice, p.chip)).collect();
+    slices.sort_unstable();
+    let mut worst = 0.0f64;
+    for run in slices.chunk_by(|a, b| a.0 == b.0) {
+        let m = run.len() as f64;
+        let chips = run.chunk_by(|a, b| a.1 == b.1).count() as f64;
+        let outside = (n - m).max(0.0);
+        let bytes = match kind {
+            CollectiveKind::AllReduce => 2.0 * outside / n * v,
+            CollectiveKind::AllToAll => m * outside / n * v,
+            _ => outside / n * v,
+        };
+        worst = worst.max(bytes / (chips * bw));
+    }
+    worst
+}
+
 fn axes_of(geo: &Geometry) -> Vec<String> {
     geo.axis_names()
 }
@@ -225,19 +259,47 @@ impl Phase {
     }
 }
 
-/// Gathering (or scattering) `v` bytes over `axes` at once.
-fn gather(axes: &[AxisSpan], v: f64) -> Phase {
-    let eff: f64 = axes
-        .iter()
-        .filter(|a| a.steps() > 0)
-        .map(|a| a.bw / a.share() * f64::from(a.n) / f64::from(a.steps()))
-        .sum();
+/// Gathering (or scattering, `scatter`) `v` bytes over `axes` at once, as
+/// the simulation runs it: the data is
+/// split into one part per axis, each part visiting the axes in a rotated
+/// order, so every axis works all the time; a part's chunk grows by each
+/// axis it has gathered over. Members move on as soon as their own parts
+/// are done, so the stages overlap and the busiest axis — the sum of its
+/// stages over all parts — sets the time.
+fn gather(axes: &[AxisSpan], v: f64, scatter: bool) -> Phase {
+    let axes: Vec<&AxisSpan> = axes.iter().filter(|a| a.n > 1).collect();
+    let k = axes.len();
     let lat = axes
         .iter()
         .map(|a| f64::from(a.steps()) * f64::from(a.stride) * a.lat)
         .sum();
+    if k == 0 {
+        return Phase { bw: 0.0, lat };
+    }
+    let members: f64 = axes.iter().map(|a| f64::from(a.n)).product();
+    let mut busy = vec![0.0f64; k];
+    for part in 0..k {
+        // A gather's chunk grows by each axis it has crossed; a scatter
+        // visits the same order with its chunk shrinking.
+        let mut chunk = if scatter {
+            v / k as f64
+        } else {
+            v / k as f64 / members
+        };
+        for stage in 0..k {
+            let i = (stage + part) % k;
+            let n = f64::from(axes[i].n);
+            if scatter {
+                chunk /= n;
+                busy[i] += axes[i].gather_time(chunk);
+            } else {
+                busy[i] += axes[i].gather_time(chunk);
+                chunk *= n;
+            }
+        }
+    }
     Phase {
-        bw: if eff > 0.0 { v / eff } else { 0.0 },
+        bw: busy.into_iter().fold(0.0, f64::max),
         lat,
     }
 }
@@ -260,20 +322,69 @@ fn single_ring(pod: &Pod, g: &[u32], v: f64) -> Phase {
         }
     }
     let steps = (n / 2) as f64;
-    let shard = v / n as f64;
-    let (bw, lat) = if crosses_slices {
-        (pod.dcn_bw, pod.dcn_latency_s)
+    let lat = if crosses_slices {
+        pod.dcn_latency_s
     } else {
-        // A route of h hops shares its links with up to h other ring edges.
-        (
-            pod.link_bw / f64::from(worst_hops),
-            f64::from(worst_hops) * pod.hop_latency_s,
-        )
+        f64::from(worst_hops) * pod.hop_latency_s
     };
     Phase {
-        bw: steps * shard / bw,
+        bw: ring_link_load(pod, g, v),
         lat: steps * lat,
     }
+}
+
+/// Bandwidth time of a bandwidth-optimal bidirectional ring in group order:
+/// every ring edge carries `(n − 1)/2` shards each way (an even ring sends
+/// its farthest shard half each way) over the routes the simulation takes;
+/// the busiest link sets the time (routes of several edges may share it,
+/// and both ways may share one link, as on an axis of two).
+fn ring_link_load(pod: &Pod, g: &[u32], v: f64) -> f64 {
+    let locs: Option<Vec<u32>> = g.iter().map(|&d| pod.loc(d)).collect();
+    let Some(locs) = locs else {
+        return 0.0;
+    };
+    let n = locs.len();
+    let per_edge = (n.saturating_sub(1)) as f64 / 2.0 * v / n.max(1) as f64;
+    let mut load: std::collections::HashMap<u32, f64> = std::collections::HashMap::new();
+    let mut route = Vec::new();
+    for k in 0..n {
+        let (a, b) = (locs[k], locs[(k + 1) % n]);
+        for (from, to) in [(a, b), (b, a)] {
+            route.clear();
+            crate::sim::route(pod, from, to, 0, &mut route);
+            for &l in &route {
+                *load.entry(l).or_default() += per_edge / crate::sim::link_bandwidth(pod, l);
+            }
+        }
+    }
+    load.values().copied().fold(0.0, f64::max)
+}
+
+/// Largest group whose all-to-all over an irregular group is routed pair by
+/// pair (n² routes); larger ones are priced at their bandwidth bound.
+const MAX_ROUTED_ALL_TO_ALL: usize = 256;
+
+/// Bandwidth time of an all-to-all over a group that is not a sub-block:
+/// every pair's `V/n` routed over one minimal path per axis it moves along,
+/// the busiest link's load; beyond [`MAX_ROUTED_ALL_TO_ALL`] members, the
+/// links' bandwidth bound.
+fn irregular_all_to_all(pod: &Pod, g: &[u32], v: f64) -> f64 {
+    let n = g.len();
+    let c = Collective {
+        kind: CollectiveKind::AllToAll,
+        op: tpusim_hlo::InstrId(0),
+        bytes: v,
+        groups: vec![g.to_vec()],
+        pairs: Vec::new(),
+    };
+    if n > MAX_ROUTED_ALL_TO_ALL {
+        return crate::bound::bandwidth_bound(pod, &c);
+    }
+    let pairs: Vec<(u32, u32)> = g
+        .iter()
+        .flat_map(|&a| g.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
+        .collect();
+    permute(pod, &pairs, v / n as f64).bandwidth_s
 }
 
 /// All-to-all over `axes`, per byte of `V` (multiply by `V`).
@@ -299,6 +410,9 @@ fn all_to_all(axes: &[AxisSpan]) -> Phase {
 /// axis of movement, with every link's load added up.
 pub fn permute(pod: &Pod, pairs: &[(u32, u32)], bytes: f64) -> Cost {
     let mut load = vec![0.0f64; crate::sim::link_count(pod)];
+    // Per link: the shortest route latency of the transfers through it (the
+    // last one it serves can be the nearest).
+    let mut lat_through = vec![f64::INFINITY; load.len()];
     let mut route = Vec::new();
     let mut max_lat = 0.0f64;
     let mut notes = Vec::new();
@@ -322,6 +436,9 @@ pub fn permute(pod: &Pod, pairs: &[(u32, u32)], bytes: f64) -> Cost {
                 load[l as usize] += share;
                 lat += crate::sim::link_latency(pod, l);
             }
+            for &l in &route {
+                lat_through[l as usize] = lat_through[l as usize].min(lat);
+            }
             max_lat = max_lat.max(lat);
         }
         let (pa, pb) = (pod.place(a), pod.place(b));
@@ -343,6 +460,15 @@ pub fn permute(pod: &Pod, pairs: &[(u32, u32)], bytes: f64) -> Cost {
         axes.push("dcn".into());
         notes.push(Note::Dcn { slices: pod.slices });
     }
+    // Cut-through: a link finishes its load one route latency after the
+    // transfers through it start; the slowest link sets the time.
+    let time_s = load
+        .iter()
+        .zip(&lat_through)
+        .enumerate()
+        .filter(|(_, (&x, _))| x > 0.0)
+        .map(|(l, (&x, &lat))| x / crate::sim::link_bandwidth(pod, l as u32) + lat)
+        .fold(max_lat, f64::max);
     let threshold = pod.link_bw * pod.hop_latency_s;
     if max_lat > bw && max_lat > 0.0 {
         notes.push(Note::LatencyBound {
@@ -351,7 +477,7 @@ pub fn permute(pod: &Pod, pairs: &[(u32, u32)], bytes: f64) -> Cost {
         });
     }
     Cost {
-        time_s: max_lat + bw,
+        time_s,
         bandwidth_s: bw,
         latency_s: max_lat,
         dcn_s: 0.0,

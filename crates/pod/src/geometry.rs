@@ -34,6 +34,9 @@ pub struct AxisSpan {
     pub bw: f64,
     /// Latency per hop, seconds.
     pub lat: f64,
+    /// Members of the group on each chip that use this axis's links at once
+    /// (the group's devices per chip for ICI axes, else 1).
+    pub per_chip: u32,
 }
 
 impl AxisSpan {
@@ -45,8 +48,8 @@ impl AxisSpan {
         }
     }
 
-    /// Steps of a bidirectional whole-shard ring over this axis: a shard
-    /// moves one neighbour per step in each direction.
+    /// Steps (hops in sequence) of a bidirectional ring over this axis: a
+    /// shard moves one neighbour per step in each direction.
     pub fn steps(&self) -> u32 {
         if self.ring {
             self.n / 2
@@ -55,10 +58,30 @@ impl AxisSpan {
         }
     }
 
-    /// Groups whose rings share each link of this axis: with stride `k`, `k`
-    /// interleaved groups use the same links at once.
+    /// Directions a gather over this axis uses at once: both ways round a
+    /// closed ring of more than two members; one link pair otherwise (a line
+    /// sends each shard one way, and two members share a single route).
+    pub fn directions(&self) -> f64 {
+        if self.ring && self.n > 2 {
+            2.0
+        } else {
+            1.0
+        }
+    }
+
+    /// Bandwidth time of gathering over this axis alone when each member
+    /// holds `chunk` bytes and ends with `n · chunk`: the bandwidth-optimal
+    /// ring moves `(n − 1)` chunks into each member, split over its
+    /// directions (each even ring's farthest chunk goes half each way).
+    pub fn gather_time(&self, chunk: f64) -> f64 {
+        f64::from(self.n.saturating_sub(1)) * chunk * self.share() / (self.directions() * self.bw)
+    }
+
+    /// Rings that share each link of this axis: with stride `k`, `k`
+    /// interleaved groups use the same links at once, and each of the
+    /// group's devices on a chip runs its own ring over the chip's links.
     pub fn share(&self) -> f64 {
-        f64::from(self.stride.max(1))
+        f64::from(self.stride.max(1)) * f64::from(self.per_chip.max(1))
     }
 }
 
@@ -140,6 +163,7 @@ pub fn geometry(pod: &Pod, group: &[u32]) -> Option<Geometry> {
             axis_len: len,
             bw: pod.link_bw,
             lat: pod.hop_latency_s,
+            per_chip: cores.len() as u32,
         });
     }
     if cores.len() > 1 {
@@ -151,6 +175,7 @@ pub fn geometry(pod: &Pod, group: &[u32]) -> Option<Geometry> {
             axis_len: pod.devices_per_chip,
             bw: pod.onchip_bw,
             lat: 0.0,
+            per_chip: 1,
         });
     }
     if slices.len() > 1 {
@@ -162,6 +187,7 @@ pub fn geometry(pod: &Pod, group: &[u32]) -> Option<Geometry> {
             axis_len: pod.slices,
             bw: pod.dcn_bw,
             lat: pod.dcn_latency_s,
+            per_chip: 1,
         });
     }
     let unique = distinct(group.to_vec()).len() == group.len();

@@ -14,6 +14,9 @@
 //!   reduce-scatter then all-gather, all-to-all over the bisection,
 //!   point-to-point over several paths, per-hop latency bounds, hierarchical
 //!   DCN).
+//! - [`bound`]: the links' bandwidth bound (bytes that must enter or leave
+//!   each chip, cross each axis cut or each slice, over the links available
+//!   to the groups): neither model is ever faster.
 //! - [`sim`]: an event-driven simulation of every link (FIFO per link and
 //!   direction, cut-through routing) that runs the same ring algorithms and
 //!   arbitrary permutations with contention.
@@ -24,6 +27,7 @@
 //! crate never prints and never panics on a parsed module.
 
 pub mod analytic;
+pub mod bound;
 pub mod collective;
 pub mod geometry;
 mod model;

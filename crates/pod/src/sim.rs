@@ -11,7 +11,8 @@
 //!
 //! Collectives run as the analytical model describes them, but with every
 //! step simulated: ring algorithms move whole shards one neighbour per step in
-//! both directions, a step at a device waits for the shard it forwards, and a
+//! both directions (an even closed ring sends its farthest shard half each
+//! way, so every link carries `(n − 1)/2` shards), a step at a device waits for the shard it forwards, and a
 //! device enters its next phase (axis) as soon as its own phase is done.
 //! Multi-axis groups split their data into one part per axis, each part
 //! visiting the axes in a rotated order, so all axes' links work at once; a
@@ -92,22 +93,60 @@ pub fn link_latency(pod: &Pod, l: u32) -> f64 {
     }
 }
 
-/// Disjoint minimal paths used between two locations: one per ICI axis the
-/// transfer moves along (at least one).
+/// Minimal paths used between two locations: one per ICI axis the transfer
+/// moves along (at least one), each taken both ways round along every axis
+/// where both ways are equally short (half a wrapped ring away).
 pub fn paths(pod: &Pod, a: u32, b: u32) -> usize {
     let (pa, pb) = (pod.place(a), pod.place(b));
     if pa.slice != pb.slice {
         return 1;
     }
-    (0..pod.axes())
+    let moving = (0..pod.axes())
         .filter(|&k| pa.coords[k] != pb.coords[k])
         .count()
-        .max(1)
+        .max(1);
+    moving << ties(pod, &pa.coords, &pb.coords).count_ones()
+}
+
+/// Axes (bit per axis) where `b` is exactly half a wrapped ring from `a`.
+fn ties(pod: &Pod, a: &[u32; 3], b: &[u32; 3]) -> u32 {
+    (0..pod.axes())
+        .filter(|&k| {
+            let len = pod.shape[k];
+            pod.wraps[k] && len > 2 && len.is_multiple_of(2) && a[k].abs_diff(b[k]) == len / 2
+        })
+        .fold(0, |m, k| m | 1 << k)
+}
+
+/// The tie axes (bit per axis) that path `path` of `moving` takes the
+/// negative way round: the bits of `path / moving` spread over `ties`.
+fn flips(ties: u32, path: usize, moving: usize) -> u32 {
+    let mut choice = path / moving.max(1);
+    let mut out = 0;
+    for k in 0..3 {
+        if ties & (1 << k) != 0 {
+            if choice & 1 == 1 {
+                out |= 1 << k;
+            }
+            choice >>= 1;
+        }
+    }
+    out
+}
+
+/// Direction (0 up, 1 down) along `axis` from `x` to `y`, flipped on a tie
+/// when asked.
+fn direction(pod: &Pod, axis: usize, x: u32, y: u32, flip: u32) -> (usize, u64) {
+    let d = displacement(pod, axis, x, y);
+    let tie = pod.wraps[axis] && 2 * d.unsigned_abs() == u64::from(pod.shape[axis]);
+    let dir = usize::from(d < 0) ^ usize::from(tie && flip & (1 << axis) != 0);
+    (dir, d.unsigned_abs())
 }
 
 /// Appends the links from `a` to `b` to `out`: over DCN between slices, on
 /// chip between devices of one chip, else dimension-ordered over ICI, the
-/// axes that move taken in an order rotated by `path`.
+/// axes that move taken in an order rotated by `path` (and tie axes the
+/// way [`paths`] numbers them).
 pub fn route(pod: &Pod, a: u32, b: u32, path: usize, out: &mut Vec<u32>) {
     let (pa, pb) = (pod.place(a), pod.place(b));
     if pa.slice != pb.slice {
@@ -135,11 +174,12 @@ pub fn route(pod: &Pod, a: u32, b: u32, path: usize, out: &mut Vec<u32>) {
     }
     let mut at = pa;
     let base = pod.global_chip(a) - pa.chip;
+    let flip = flips(ties(pod, &pa.coords, &pb.coords), path, k);
     for j in 0..k {
         let axis = moving[(j + path) % k];
-        let d = displacement(pod, axis, at.coords[axis], pb.coords[axis]);
-        let (dir, len) = (usize::from(d < 0), pod.shape[axis]);
-        for _ in 0..d.unsigned_abs() {
+        let (dir, steps) = direction(pod, axis, at.coords[axis], pb.coords[axis], flip);
+        let len = pod.shape[axis];
+        for _ in 0..steps {
             let chip = pod.chip_index(&at.coords);
             out.push(ici_link(pod, base + chip, axis, dir));
             at.coords[axis] = if dir == 0 {
@@ -221,6 +261,8 @@ struct Flow {
     dst: u32,
     /// ICI axes in the order this path takes them.
     order: [u8; 3],
+    /// Tie axes (bit per axis) this path takes the negative way round.
+    flip: u32,
     bytes: f64,
     /// Crossed the DCN uplink; the destination's downlink is next.
     dcn_in: bool,
@@ -247,8 +289,7 @@ fn next_link(pod: &Pod, f: &Flow) -> (u32, u32, bool) {
         .map(|&a| a as usize)
         .find(|&a| a < pod.axes() && pa.coords[a] != pb.coords[a])
         .unwrap_or(0);
-    let d = displacement(pod, axis, pa.coords[axis], pb.coords[axis]);
-    let dir = usize::from(d < 0);
+    let (dir, _) = direction(pod, axis, pa.coords[axis], pb.coords[axis], f.flip);
     let len = pod.shape[axis];
     let mut q = pa;
     q.coords[axis] = if dir == 0 {
@@ -285,16 +326,19 @@ pub fn point_to_point(pod: &Pod, pairs: &[(u32, u32, f64)]) -> Option<SimResult>
             .map(|k| k as u8)
             .collect();
         let k = paths(pod, a, b);
+        let tie_axes = ties(pod, &pa.coords, &pb.coords);
         for p in 0..k {
             let mut order = [0u8, 1, 2];
             for (j, slot) in order.iter_mut().enumerate().take(moving.len()) {
                 *slot = moving[(j + p) % moving.len()];
             }
+            let flip = flips(tie_axes, p, moving.len().max(1));
             heap.push(0.0, flows.len() as u32);
             flows.push(Flow {
                 at: a,
                 dst: b,
                 order,
+                flip,
                 bytes: bytes / k as f64,
                 dcn_in: false,
                 tail: 0.0,
@@ -384,12 +428,10 @@ impl RingSet {
         let ring = &self.rings[r as usize];
         let n = ring.members.len() as u32;
         if ring.closed {
-            // Whole-shard bidirectional ring: n - 1 shards, split over both ways.
-            if dir == 0 {
-                n / 2
-            } else {
-                (n - 1) / 2
-            }
+            // Bandwidth-optimal bidirectional ring: the n - 1 other shards
+            // split over both ways; on an even ring the farthest shard
+            // travels half each way (see `halved_step`).
+            n / 2
         } else if dir == 0 {
             if i + 1 < n {
                 i + 1
@@ -405,7 +447,27 @@ impl RingSet {
 
     fn expected(&self, m: u32) -> u32 {
         let (r, _) = self.pos[m as usize];
-        self.rings[r as usize].members.len() as u32 - 1
+        let ring = &self.rings[r as usize];
+        let n = ring.members.len() as u32;
+        if ring.closed && n.is_multiple_of(2) {
+            // The farthest shard arrives as two halves.
+            n
+        } else {
+            n - 1
+        }
+    }
+
+    /// The step that carries half a shard (the farthest one, on an even
+    /// closed ring), or 0 when every step carries a whole shard.
+    fn halved_step(&self, m: u32) -> u32 {
+        let (r, _) = self.pos[m as usize];
+        let ring = &self.rings[r as usize];
+        let n = ring.members.len() as u32;
+        if ring.closed && n.is_multiple_of(2) {
+            n / 2
+        } else {
+            0
+        }
     }
 
     fn neighbour(&self, m: u32, dir: usize) -> u32 {
@@ -766,14 +828,19 @@ impl RingSim<'_> {
     fn send(&mut self, p: usize, stage: usize, m: u32, dir: usize, step: u32, t: f64) {
         let st = self.program(m)[p][stage];
         let hop = self.sets[st.set].hops[m as usize][dir];
+        let bytes = if step == self.sets[st.set].halved_step(m) {
+            st.chunk / 2.0
+        } else {
+            st.chunk
+        };
         let (head, tail) = if hop.link != u32::MAX {
-            self.net.send(t, &[hop.link], st.chunk)
+            self.net.send(t, &[hop.link], bytes)
         } else {
             let mut buf = std::mem::take(&mut self.buf);
             buf.clear();
             let (a, b) = (self.locs[m as usize], self.locs[hop.to as usize]);
             route(self.net.pod, a, b, 0, &mut buf);
-            let r = self.net.send(t, &buf, st.chunk);
+            let r = self.net.send(t, &buf, bytes);
             self.buf = buf;
             r
         };

@@ -1,10 +1,13 @@
-//! The link-level simulation against the analytical model: ring collectives
-//! agree within 5% (bandwidth-bound sizes), and the simulation sees what the
-//! formulas cannot (contention of overlapping routes).
+//! The link-level simulation against the analytical model: single-axis
+//! rings agree within 5% and every collective here (multi-axis groups, the
+//! full 16x20x28 v5p pod, all-to-all, DCN) within 10% at bandwidth-bound
+//! sizes; both are at or above the links' bandwidth bound.
+
+mod common;
 
 use tpusim_arch::by_id;
 use tpusim_hlo::InstrId;
-use tpusim_pod::{analytic, sim, Collective, CollectiveKind, Pod};
+use tpusim_pod::{analytic, bound, sim, Collective, CollectiveKind, Pod};
 
 fn pod(chip: &str, shape: &[u32]) -> Pod {
     Pod::for_chip(&by_id(chip).unwrap(), shape, 1).unwrap()
@@ -95,19 +98,27 @@ fn odd_ring_and_core_axis() {
 
 #[test]
 fn multi_axis_groups_use_every_axis() {
-    // All 64 chips of a v5p 4x4x4: the formula is the bound V / Σ bandwidth;
-    // the simulated algorithm (one part per axis, rotated orders) pays for its
-    // second and third phases (1/8 and 1/32 of the first on axes of 4), so it
-    // is about 1.36x slower here (about 1.07x on the 16x20x28 pod).
+    // All 64 chips of a v5p 4x4x4: one part per axis, each visiting the
+    // axes in a rotated order; on equal wrapped axes that is exactly the
+    // bound 2 (N - 1)/N · V / (6 W).
     let p = pod("v5p", &[4, 4, 4]);
     let all: Vec<u32> = (0..64).collect();
+    let c = Collective {
+        kind: CollectiveKind::AllReduce,
+        op: InstrId(0),
+        bytes: 64e6,
+        groups: vec![all.clone()],
+        pairs: Vec::new(),
+    };
     let (a, s) = both(&p, CollectiveKind::AllReduce, 64e6, vec![all]);
-    let ratio = s / a;
-    eprintln!("v5p 4x4x4 all-reduce: simulated / analytical = {ratio:.3}");
-    assert!((1.2..1.45).contains(&ratio), "{ratio}");
-    // Using all three axes is about three times faster than one.
+    agree("v5p 4x4x4 all-reduce", a, s, 0.10);
+    let b = bound::bandwidth_bound(&p, &c);
+    assert!((a / b - 1.0).abs() < 1e-9, "{a} {b}");
+    // Three axes of 4 against one: each chip takes 63/64 of V in over six
+    // links instead of 3/4 over two: 2.29 times faster.
     let (one_axis, _) = both(&p, CollectiveKind::AllReduce, 64e6, lines(&p, 0));
-    assert!((one_axis / a - 3.0).abs() < 0.3, "{}", one_axis / a);
+    let speedup = (0.75 / 2.0) / (63.0 / 64.0 / 6.0);
+    assert!((one_axis / a - speedup).abs() < 0.01, "{}", one_axis / a);
 }
 
 #[test]
@@ -159,17 +170,17 @@ fn all_to_all_within_the_bisection_bound() {
     let v = 16e6;
     let ag = analytic::cost(&p, &c(CollectiveKind::AllGather, v * 16.0)).bandwidth_s;
     let a2a = analytic::cost(&p, &c(CollectiveKind::AllToAll, v)).bandwidth_s;
-    assert!((ag / a2a - 4.0).abs() < 1e-9, "{}", ag / a2a);
+    // The book's ratio is against n/2 whole-shard steps; the
+    // bandwidth-optimal all-gather moves (n - 1)/n of that.
+    assert!((ag / a2a - 4.0 * 15.0 / 16.0).abs() < 1e-9, "{}", ag / a2a);
     let s = sim::simulate(&p, &c(CollectiveKind::AllToAll, v))
         .unwrap()
         .time_s;
-    // Dimension-ordered routes and FIFO links stay within a third of the bound.
-    eprintln!(
-        "all-to-all: bound {:.1} µs, simulated {:.1} µs",
-        a2a * 1e6,
-        s * 1e6
-    );
-    assert!(s >= a2a * 0.99 && s <= a2a * 1.35, "{a2a} {s}");
+    // Dimension-ordered routes, pairs half a ring apart split both ways:
+    // the simulation reaches the bisection bound.
+    agree("all-to-all on a 16-ring", a2a, s, 0.10);
+    let b = bound::bandwidth_bound(&p, &c(CollectiveKind::AllToAll, v));
+    assert!((a2a / b - 1.0).abs() < 1e-9, "{a2a} {b}");
 }
 
 #[test]
@@ -181,9 +192,56 @@ fn slices_over_dcn() {
     // DCN dominates: 2 (k-1)/k of V / 64 per chip at 6.25e9 B/s.
     let dcn = 64e6 / 64.0 / chip.host.dcn_bytes_per_s_per_direction;
     assert!(a > dcn && s > dcn, "{a} {s} {dcn}");
-    // The simulated parts reach DCN one after another and their ICI phases
-    // pay the multi-axis overhead above: slower than the formula.
-    let ratio = s / a;
-    eprintln!("2 slices all-reduce: simulated / analytical = {ratio:.3}");
-    assert!((1.0..1.6).contains(&ratio), "{ratio}");
+    // The simulated parts reach DCN one after another: a little slower.
+    agree("2 slices all-reduce", a, s, 0.10);
+}
+
+#[test]
+fn full_v5p_pod() {
+    // All 8960 chips of the largest v5p slice, 16x20x28, all wrapped: the
+    // busiest axis (z, 28) sets the time, 1.6% above the bound.
+    let p = pod("v5p", &[16, 20, 28]);
+    let all: Vec<u32> = (0..8960).collect();
+    let c = Collective {
+        kind: CollectiveKind::AllReduce,
+        op: InstrId(0),
+        bytes: 1e9,
+        groups: vec![all.clone()],
+        pairs: Vec::new(),
+    };
+    let (a, s) = both(&p, CollectiveKind::AllReduce, 1e9, vec![all]);
+    agree("v5p 16x20x28 all-reduce", a, s, 0.10);
+    let b = bound::bandwidth_bound(&p, &c);
+    assert!(a >= b && s >= b && a / b < 1.05, "{a} {s} {b}");
+}
+
+#[test]
+fn every_collective_of_a_sharded_module() {
+    // The pod bench's 1024-device module on a v5p 8x8x16: whole-pod
+    // all-gathers, 8-member all-reduces and reduce-scatters along two
+    // different axes: both network models price each within 10% of the
+    // other. The shift by 8 (512 kB, a third of it hop latency) is not
+    // compared: the models' cut-through latencies differ by one hop there
+    // (7.8 vs 6.8 µs), a known gap.
+    use tpusim_perf::CommModel;
+    use tpusim_pod::{Network, PodModel};
+    let m = tpusim_hlo::parse_module(&common::sharded_module(1)).unwrap();
+    let p = pod("v5p", &[8, 8, 16]);
+    let analytic = PodModel::new(p.clone(), Network::Analytic);
+    let simulated = PodModel::new(p, Network::Sim);
+    let mut priced = 0;
+    for k in 0..m.instrs.len() as u32 {
+        let (Some(a), Some(s)) = (
+            analytic.cost(&m, InstrId(k)),
+            simulated.cost(&m, InstrId(k)),
+        ) else {
+            continue;
+        };
+        priced += 1;
+        if a.kind == "collective-permute" {
+            continue;
+        }
+        agree(&m.instr(InstrId(k)).name, a.time_s, s.time_s, 0.10);
+    }
+    assert_eq!(priced, 5);
 }
