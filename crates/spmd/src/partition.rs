@@ -343,11 +343,15 @@ impl<'m> Partitioner<'m> {
                         })
                         .collect::<Result<_, _>>()?;
                     let v = self.instruction(cb, i, &ops)?;
-                    match self.annotation(ins)? {
-                        Some(to) if ins.opcode != Opcode::CustomCall && i != comp.root => {
-                            self.reshard_val(cb, &v, &ins.shape, &to)?
+                    // Custom calls read their own sharding (a `{manual}` one marks a
+                    // shard_map boundary, not a tiling); the root's is the result's.
+                    if ins.opcode == Opcode::CustomCall || i == comp.root {
+                        v
+                    } else {
+                        match self.annotation(ins)? {
+                            Some(to) => self.reshard_val(cb, &v, &ins.shape, &to)?,
+                            None => v,
                         }
-                        _ => v,
                     }
                 }
             };
