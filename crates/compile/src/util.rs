@@ -2,7 +2,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::attr::{print_rank, ReplicaGroups};
-use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode};
+use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module};
 
 /// Appends `ins` to the module's arena (not to any computation's order).
 pub(crate) fn push_instr(m: &mut Module, ins: Instruction) -> InstrId {
@@ -116,34 +116,7 @@ pub(crate) fn predecessors(m: &Module, i: InstrId) -> impl Iterator<Item = Instr
     ins.operands.iter().copied().chain(control.iter().copied())
 }
 
-/// Computations that run as programs (entry, loop bodies and conditions,
-/// call targets, branches), as opposed to ones applied element-wise by
-/// reduce, sort, all-reduce... and hidden async wrappers.
-pub(crate) fn control_computations(m: &Module) -> Vec<CompId> {
-    let mut applied: FxHashSet<CompId> = FxHashSet::default();
-    for ins in &m.instrs {
-        for a in &ins.attrs {
-            let program = matches!(
-                (ins.opcode, a.name.as_ref()),
-                (Opcode::While, "condition" | "body")
-                    | (Opcode::Call, "to_apply")
-                    | (Opcode::Conditional, _)
-            );
-            if !program {
-                match &a.value {
-                    AttrValue::Comp(c) => {
-                        applied.insert(*c);
-                    }
-                    AttrValue::Comps(cs) => applied.extend(cs.iter().copied()),
-                    _ => {}
-                }
-            }
-        }
-    }
-    m.comp_ids()
-        .filter(|c| !applied.contains(c) && !m.comp(*c).is_async_sugar)
-        .collect()
-}
+pub(crate) use tpusim_hlo::passes::control_computations;
 
 /// Devices in each replica group of a collective (the module's device
 /// count when the groups are left empty, meaning "all").

@@ -38,8 +38,9 @@ pub fn fuse(m: &mut Module) -> FusionStats {
 }
 
 /// Computations that run as programs (entry, loop bodies and conditions,
-/// call targets, branches), as opposed to ones applied by reduce, sort, etc.
-fn control_computations(m: &Module) -> Vec<CompId> {
+/// call targets, branches), as opposed to ones applied element-wise by
+/// reduce, sort, all-reduce... and hidden async wrappers.
+pub fn control_computations(m: &Module) -> Vec<CompId> {
     let mut applied: FxHashSet<CompId> = FxHashSet::default();
     for ins in &m.instrs {
         for a in &ins.attrs {

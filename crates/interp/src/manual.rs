@@ -146,39 +146,28 @@ pub fn manual_mesh(m: &Module) -> Result<Mesh, InterpError> {
 }
 
 /// `#sdy.sharding_per_value<[<@mesh, [{"a"}, {}]>, ...]>`: per value, per dim,
-/// the axes (major first).
+/// the axes (major first), parsed by `tpusim_hlo::sdy`; the interpreter runs
+/// whole axes only, so a sub-axis is unsupported here.
 fn parse_per_value(text: &str) -> Result<Vec<Vec<Vec<String>>>, InterpError> {
-    let bad = || unsupported(format!("Shardy sharding '{text}'"));
-    let mut values = Vec::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("<@") {
-        let body = &rest[at + 2..];
-        let open = body.find('[').ok_or_else(bad)?;
-        let close = body[open..].find(']').ok_or_else(bad)? + open;
-        let dims_text = &body[open + 1..close];
-        let mut dims = Vec::new();
-        let mut d = dims_text;
-        while let Some(o) = d.find('{') {
-            let c = d[o..].find('}').ok_or_else(bad)? + o;
-            let axes: Vec<String> = d[o + 1..c]
-                .split(',')
-                .map(str::trim)
-                .filter(|a| !a.is_empty() && *a != "?")
-                .map(|a| {
-                    if a.contains(':') {
-                        Err(unsupported(format!("sub-axis '{a}' in '{text}'")))
-                    } else {
-                        Ok(a.trim_matches('"').to_string())
-                    }
+    let values = tpusim_hlo::sdy::parse_per_value(text)
+        .map_err(|e| unsupported(format!("Shardy sharding '{text}': {e}")))?;
+    values
+        .into_iter()
+        .map(|dims| {
+            dims.into_iter()
+                .map(|axes| {
+                    axes.into_iter()
+                        .map(|a| match a.sub {
+                            None => Ok(a.name),
+                            Some(_) => {
+                                Err(unsupported(format!("sub-axis of '{}' in '{text}'", a.name)))
+                            }
+                        })
+                        .collect()
                 })
-                .collect::<Result<_, _>>()?;
-            dims.push(axes);
-            d = &d[c + 1..];
-        }
-        values.push(dims);
-        rest = &body[close..];
-    }
-    Ok(values)
+                .collect()
+        })
+        .collect()
 }
 
 fn frontend(ins: &Instruction, key: &str) -> Result<String, InterpError> {
