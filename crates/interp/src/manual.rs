@@ -82,58 +82,34 @@ impl Mesh {
     }
 }
 
-/// The meshes of `xla.sdy.meshes` in the module header.
+/// The meshes of `xla.sdy.meshes` in the module header (parsed by
+/// `tpusim_hlo::sdy`); the interpreter runs row-major meshes only.
 pub fn meshes(m: &Module) -> Result<Vec<Mesh>, InterpError> {
-    let text = match &m.config.frontend_attributes {
-        Some(AttrValue::FrontendAttrs(kv)) => {
-            kv.iter()
-                .find(|(k, _)| k == "xla.sdy.meshes")
-                .map(|(_, v)| match v {
-                    FrontendValue::Str(s) | FrontendValue::Raw(s) => s.as_str(),
+    let text = tpusim_hlo::sdy::meshes_text(m)
+        .ok_or_else(|| unsupported("manual region without xla.sdy.meshes in the module header"))?;
+    let parsed = tpusim_hlo::sdy::parse_meshes(text)
+        .map_err(|e| unsupported(format!("mesh '{text}': {e}")))?;
+    parsed
+        .into_iter()
+        .map(|mesh| {
+            if mesh.device_ids.is_some() {
+                return Err(unsupported("meshes with explicit device_ids"));
+            }
+            let axes = mesh
+                .axes
+                .into_iter()
+                .map(|(name, size)| {
+                    usize::try_from(size)
+                        .map(|size| (name.clone(), size))
+                        .map_err(|_| unsupported(format!("mesh axis '{name}'={size}")))
                 })
-        }
-        _ => None,
-    }
-    .ok_or_else(|| unsupported("manual region without xla.sdy.meshes in the module header"))?;
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("#sdy.mesh<") {
-        let name = rest[..at]
-            .trim_end()
-            .trim_end_matches('=')
-            .trim_end()
-            .rsplit(|c: char| c == '{' || c == ',' || c.is_whitespace())
-            .next()
-            .unwrap_or("")
-            .to_string();
-        let body = &rest[at + "#sdy.mesh<".len()..];
-        let end = body
-            .find('>')
-            .ok_or_else(|| unsupported(format!("mesh '{text}'")))?;
-        let spec = &body[..end];
-        if spec.contains("device_ids") {
-            return Err(unsupported("meshes with explicit device_ids"));
-        }
-        let axes_text = spec.trim().trim_start_matches('[').trim_end_matches(']');
-        let axes = axes_text
-            .split(',')
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .map(|a| {
-                let (n, s) = a
-                    .split_once('=')
-                    .ok_or_else(|| unsupported(format!("mesh axis '{a}'")))?;
-                let size = s
-                    .trim()
-                    .parse::<usize>()
-                    .map_err(|_| unsupported(format!("mesh axis '{a}'")))?;
-                Ok((n.trim().trim_matches('"').to_string(), size))
+                .collect::<Result<_, _>>()?;
+            Ok(Mesh {
+                name: mesh.name,
+                axes,
             })
-            .collect::<Result<Vec<_>, InterpError>>()?;
-        out.push(Mesh { name, axes });
-        rest = &body[end..];
-    }
-    Ok(out)
+        })
+        .collect()
 }
 
 /// The mesh a module's manual regions run on (its devices).
