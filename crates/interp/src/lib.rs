@@ -41,6 +41,7 @@ pub mod sharding;
 mod sort;
 pub mod spmd;
 mod strided;
+mod tree_fold;
 pub mod value;
 mod window;
 
