@@ -16,6 +16,7 @@
 mod batchnorm;
 mod collectives;
 mod complex;
+mod complex_math;
 mod conv;
 mod dots;
 mod elementwise;
