@@ -400,16 +400,16 @@ pub fn dot(
     if size(rhs, rc) != k || size(rhs, rb) != bn || bn * m * n != elem_count(&dims) {
         return Err(internal("dot dimension sizes do not match"));
     }
-    if ty.is_signed_int() || ty.is_unsigned_int() {
+    if ty.is_signed_int() || ty.is_unsigned_int() || ty == T::Pred {
         let lperm: Vec<usize> = lb.iter().chain(&lf).chain(lc).copied().collect();
         let rperm: Vec<usize> = rb.iter().chain(rc).chain(&rf).copied().collect();
-        return int_dot(
-            &transpose(lhs, &lperm)?,
-            &transpose(rhs, &rperm)?,
-            (bn, m, k, n),
-            ty,
-            dims,
-        );
+        let (x, y) = (transpose(lhs, &lperm)?, transpose(rhs, &rperm)?);
+        if ty == T::Pred {
+            // XLA's pred dot is an or of ands: any true product makes the sum nonzero.
+            let counts = int_dot(&x, &y, (bn, m, k, n), T::S64, dims)?;
+            return ew::convert(&counts, T::Pred);
+        }
+        return int_dot(&x, &y, (bn, m, k, n), ty, dims);
     }
     let (lt, ls) = matrix_view(lhs, lb, &lf, lc)?;
     let (rt, rs) = matrix_view(rhs, rb, rc, &rf)?;
