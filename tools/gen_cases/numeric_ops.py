@@ -287,6 +287,16 @@ def _():
     return f, [a, b]
 
 
+@case("dot_pred", "dot with a pred result (an or of ands), plain and batched")
+def _():
+    a = rng.random((3, 40)) < 0.15
+    b = rng.random((40, 6)) < 0.15
+    dims = (((1,), (0,)), ((), ()))
+    bdims = (((2,), (1,)), ((0,), (0,)))
+    return (lambda a, b: (lax.dot_general(a, b, dims),
+                          lax.dot_general(a.reshape(1, 3, 40), b.reshape(1, 40, 6), bdims))), [a, b]
+
+
 @case("c64_dot", "complex matrix products (dot_general with batch dims)")
 def _():
     a = rnd((2, 3, 4), C64)

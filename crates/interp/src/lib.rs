@@ -16,6 +16,7 @@
 mod batchnorm;
 mod collectives;
 mod complex;
+mod complex_math;
 mod conv;
 mod dots;
 mod elementwise;
@@ -41,6 +42,7 @@ pub mod sharding;
 mod sort;
 pub mod spmd;
 mod strided;
+mod tree_fold;
 pub mod value;
 mod window;
 

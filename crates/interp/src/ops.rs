@@ -3,6 +3,7 @@
 use crate::elementwise as ew;
 use crate::eval::Interp;
 use crate::gemm::{batched_matmul, Strides};
+use crate::tree_fold::tree_fold_init;
 use crate::value::{elem_count, strides, wrap_signed, wrap_unsigned, Array, Data, Value};
 use crate::InterpError;
 use half::{bf16, f16};
@@ -399,16 +400,16 @@ pub fn dot(
     if size(rhs, rc) != k || size(rhs, rb) != bn || bn * m * n != elem_count(&dims) {
         return Err(internal("dot dimension sizes do not match"));
     }
-    if ty.is_signed_int() || ty.is_unsigned_int() {
+    if ty.is_signed_int() || ty.is_unsigned_int() || ty == T::Pred {
         let lperm: Vec<usize> = lb.iter().chain(&lf).chain(lc).copied().collect();
         let rperm: Vec<usize> = rb.iter().chain(rc).chain(&rf).copied().collect();
-        return int_dot(
-            &transpose(lhs, &lperm)?,
-            &transpose(rhs, &rperm)?,
-            (bn, m, k, n),
-            ty,
-            dims,
-        );
+        let (x, y) = (transpose(lhs, &lperm)?, transpose(rhs, &rperm)?);
+        if ty == T::Pred {
+            // XLA's pred dot is an or of ands: any true product makes the sum nonzero.
+            let counts = int_dot(&x, &y, (bn, m, k, n), T::S64, dims)?;
+            return ew::convert(&counts, T::Pred);
+        }
+        return int_dot(&x, &y, (bn, m, k, n), ty, dims);
     }
     let (lt, ls) = matrix_view(lhs, lb, &lf, lc)?;
     let (rt, rs) = matrix_view(rhs, rb, rc, &rf)?;
@@ -727,12 +728,21 @@ pub fn reduce(
         .iter()
         .map(|&o| inner.iter().map(|&r| o + r).collect())
         .collect();
-    fold_groups(interp, xs, inits, f, out_dims, &groups)
+    fold_groups(interp, xs, inits, f, out_dims, &groups, Order::Tree)
+}
+
+/// How a fold visits the elements of one output.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// XLA:CPU's `reduce`: partial accumulators combined as a tree (see `tree_fold`).
+    Tree,
+    /// Left to right (`reduce-window`, whose windows XLA folds in order).
+    Sequential,
 }
 
 /// `reduce` of an f32 array over its trailing dimensions with a simple
 /// reducer (softmax and norm statistics): each output folds one contiguous
-/// run in order, exactly as the general path would, in parallel across outputs.
+/// run in tree order, exactly as the general path would, in parallel across outputs.
 fn reduce_trailing_f32(
     interp: &Interp,
     xs: &[&Array],
@@ -768,11 +778,7 @@ fn reduce_trailing_f32(
     }
     let out: Vec<f32> = (0..outer)
         .into_par_iter()
-        .map(|o| {
-            v[o * inner..(o + 1) * inner]
-                .iter()
-                .fold(init, |acc, &y| fold(acc, y))
-        })
+        .map(|o| tree_fold_init(init, &v[o * inner..(o + 1) * inner], fold))
         .collect();
     Some(Array::new(x.ty, out_dims, Data::F32(out)))
 }
@@ -834,7 +840,7 @@ pub fn reduce_window(
                 .collect()
         })
         .collect();
-    fold_groups(interp, xs, inits, f, out_dims, &groups)
+    fold_groups(interp, xs, inits, f, out_dims, &groups, Order::Sequential)
 }
 
 /// Folds `xs[groups[o]]` into output element `o` for every output, starting from init.
@@ -845,11 +851,14 @@ fn fold_groups(
     f: CompId,
     out_dims: Vec<usize>,
     groups: &[Vec<usize>],
+    order: Order,
 ) -> Result<Vec<Array>, InterpError> {
     let nv = xs.len();
     if nv == 1 {
         if let Some(op) = simple_reducer(interp, f) {
-            return Ok(vec![fast_reduce(op, xs[0], inits[0], &out_dims, groups)?]);
+            return Ok(vec![fast_reduce(
+                op, xs[0], inits[0], &out_dims, groups, order,
+            )?]);
         }
     }
     // General path: fold with the computation, one scalar at a time.
@@ -903,8 +912,23 @@ fn fast_reduce(
     init: &Array,
     out_dims: &[usize],
     groups: &[Vec<usize>],
+    order: Order,
 ) -> Result<Array, InterpError> {
     let dims = out_dims.to_vec();
+    // Gathers each group and folds it in tree order, in parallel across groups.
+    macro_rules! tree {
+        ($v:expr, $i:expr, $f:expr) => {{
+            let (v, i, f) = ($v, $i, $f);
+            groups
+                .par_iter()
+                .map_init(Vec::new, |buf, g| {
+                    buf.clear();
+                    buf.extend(g.iter().map(|&r| v[r]));
+                    tree_fold_init(i, buf, f)
+                })
+                .collect::<Vec<_>>()
+        }};
+    }
     macro_rules! fold {
         ($v:expr, $i:expr, $f:expr) => {{
             let f = $f;
@@ -920,7 +944,11 @@ fn fast_reduce(
             let f = ew::float_reducer::<f64>(op).ok_or_else(|| {
                 InterpError::Unsupported(format!("reduce with '{}' on f64", op.name()))
             })?;
-            Array::new(x.ty, dims, Data::F64(fold!(v, i[0], f)))
+            let r = match order {
+                Order::Tree => tree!(v, i[0], f),
+                Order::Sequential => fold!(v, i[0], f),
+            };
+            Array::new(x.ty, dims, Data::F64(r))
         }
         (Data::I64(v), Data::I64(i)) => {
             let r = fold!(v, i[0], |a, b| ew::signed_binary(op, a, b, bits)
@@ -951,7 +979,9 @@ fn fast_reduce(
             let f = ew::float_reducer::<f32>(op).ok_or_else(|| {
                 InterpError::Unsupported(format!("reduce with '{}' on {}", op.name(), x.ty))
             })?;
-            let r = if x.ty == T::F32 {
+            let r = if x.ty == T::F32 && order == Order::Tree {
+                tree!(&v, i[0], f)
+            } else if x.ty == T::F32 {
                 fold!(v, i[0], f)
             } else {
                 let ty = x.ty;
