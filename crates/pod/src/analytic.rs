@@ -9,9 +9,9 @@
 //! and two members on one link pair, move them one way: `(n − 1)·shard / W`.
 //! A group spanning several axes splits its data into one part per axis,
 //! each visiting the axes in a rotated order so all links work at once; a
-//! member moves on when its own parts are done, so the busiest axis (its
-//! stages summed over the parts) sets the time (on equal wrapped axes this
-//! is the bound `(N − 1)/N · V / (k · W_bidi)`; the book writes
+//! member moves its parts to the next stage together, so each stage lasts
+//! as long as its slowest part and the stages add up (on equal wrapped axes
+//! this is the bound `(N − 1)/N · V / (k · W_bidi)`; the book writes
 //! `V / (k · W_bidi)`). Neither model ever beats
 //! [`crate::bound::bandwidth_bound`].
 //! Each step also costs its hops' latency; a step is latency-bound when its
@@ -260,12 +260,12 @@ impl Phase {
 }
 
 /// Gathering (or scattering, `scatter`) `v` bytes over `axes` at once, as
-/// the simulation runs it: the data is
-/// split into one part per axis, each part visiting the axes in a rotated
-/// order, so every axis works all the time; a part's chunk grows by each
-/// axis it has gathered over. Members move on as soon as their own parts
-/// are done, so the stages overlap and the busiest axis — the sum of its
-/// stages over all parts — sets the time.
+/// the simulation runs it: the data is split into one part per axis, each
+/// part visiting the axes in a rotated order, so every axis works all the
+/// time; a part's chunk grows by each axis it has gathered over. A member
+/// moves all its parts to their next stage together (that keeps two parts
+/// off one axis), so each stage lasts as long as its slowest part and the
+/// stages add up.
 fn gather(axes: &[AxisSpan], v: f64, scatter: bool) -> Phase {
     let axes: Vec<&AxisSpan> = axes.iter().filter(|a| a.n > 1).collect();
     let k = axes.len();
@@ -277,7 +277,7 @@ fn gather(axes: &[AxisSpan], v: f64, scatter: bool) -> Phase {
         return Phase { bw: 0.0, lat };
     }
     let members: f64 = axes.iter().map(|a| f64::from(a.n)).product();
-    let mut busy = vec![0.0f64; k];
+    let mut slowest = vec![0.0f64; k];
     for part in 0..k {
         // A gather's chunk grows by each axis it has crossed; a scatter
         // visits the same order with its chunk shrinking.
@@ -286,20 +286,20 @@ fn gather(axes: &[AxisSpan], v: f64, scatter: bool) -> Phase {
         } else {
             v / k as f64 / members
         };
-        for stage in 0..k {
+        for (stage, slowest) in slowest.iter_mut().enumerate() {
             let i = (stage + part) % k;
             let n = f64::from(axes[i].n);
             if scatter {
                 chunk /= n;
-                busy[i] += axes[i].gather_time(chunk);
+                *slowest = slowest.max(axes[i].gather_time(chunk));
             } else {
-                busy[i] += axes[i].gather_time(chunk);
+                *slowest = slowest.max(axes[i].gather_time(chunk));
                 chunk *= n;
             }
         }
     }
     Phase {
-        bw: busy.into_iter().fold(0.0, f64::max),
+        bw: slowest.into_iter().sum(),
         lat,
     }
 }
