@@ -18,7 +18,8 @@ from programs import PROGRAMS, lowered, normal
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
 
 
-def check_same(ours: list[np.ndarray], theirs: object) -> None:
+def check_same(ours: Any, theirs: object) -> None:
+    ours = jax.tree_util.tree_leaves(ours)
     expected = [np.asarray(t) for t in jax.tree_util.tree_leaves(theirs)]
     assert len(ours) == len(expected)
     for got, want in zip(ours, expected):

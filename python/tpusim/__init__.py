@@ -179,13 +179,19 @@ def run(
     *arrays: Any,
     max_memory: Union[int, str, None] = None,
     output_sharding: Any = None,
-) -> List[np.ndarray]:
+) -> Any:
     """Executes the program on ``arrays`` with XLA's semantics; returns its results.
 
     Arguments are NumPy arrays (or anything ``np.asarray`` takes, such as JAX
-    arrays) whose dtype and shape match the program's parameters. bfloat16 and
+    arrays) whose dtype and shape match the program's parameters, or pytrees of
+    them (a params dict, nested tuples and lists), flattened in JAX's leaf order
+    (``jax.tree_util`` when jax is importable, else sorted dict keys, then
+    sequence order, as JAX does). bfloat16 and
     float8 values are ml_dtypes arrays when ml_dtypes is installed, else their
-    bits as uint16 / uint8 arrays. Results of a tuple-shaped program are flattened.
+    bits as uint16 / uint8 arrays. Results of a tuple-shaped program are flattened into a list,
+    except for a JAX ``Lowered``/``Compiled`` object, whose results come back in its
+    output structure (``out_tree``: a tuple, list or dict of arrays), as calling the
+    jitted function returns them; a one-array program gives a one-element list.
 
     A sharded program runs on as many simulated devices as it declares, on and
     returning GLOBAL arrays, as ``jax.jit`` takes and returns them. When a
@@ -197,7 +203,7 @@ def run(
     physical memory).
     """
     text, name = hlo_text(x)
-    natives = [_arrays.to_native(a) for a in arrays]
+    natives = [_arrays.to_native(a) for a in _arrays.flatten(arrays)]
     results = _tpusim.run(
         text,
         name,
@@ -206,7 +212,8 @@ def run(
         max_memory=max_memory,
         output_sharding=_output_sharding(x, output_sharding),
     )
-    return [_arrays.from_native(arr, dtype) for arr, dtype in results]
+    outputs = [_arrays.from_native(arr, dtype) for arr, dtype in results]
+    return _arrays.restructure(x, outputs)
 
 
 def _output_sharding(x: Any, value: Any) -> Union[str, Tuple[str, str], None]:

@@ -7,7 +7,7 @@ they are viewed back as ml_dtypes types when ml_dtypes is installed. Views never
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -52,3 +52,42 @@ def from_native(arr: np.ndarray, name: str) -> np.ndarray:
         if mod is not None:
             return arr.view(getattr(mod, name))
     return arr
+
+
+def flatten(tree: Any) -> List[Any]:
+    """The leaves of a pytree of arrays in JAX's order: ``jax.tree_util.tree_leaves``
+    when jax is importable (so registered pytree nodes work); otherwise dicts by
+    sorted key, then tuples and lists in order, recursively (JAX's order for these)."""
+    try:
+        import jax
+    except ImportError:
+        return _plain_leaves(tree)
+    leaves: List[Any] = jax.tree_util.tree_leaves(tree)
+    return leaves
+
+
+def _plain_leaves(tree: Any) -> List[Any]:
+    if isinstance(tree, dict):
+        return [leaf for key in sorted(tree) for leaf in _plain_leaves(tree[key])]
+    if isinstance(tree, (tuple, list)):
+        return [leaf for item in tree for leaf in _plain_leaves(item)]
+    if tree is None:
+        return []
+    return [tree]
+
+
+def restructure(x: Any, outputs: List[np.ndarray]) -> Any:
+    """``outputs`` in the output structure of ``x`` when ``x`` is a JAX object that
+    knows it (``out_tree``, with as many leaves) and that structure is a container
+    (a tuple, list or dict of arrays); the flat list otherwise, so a one-array
+    program still gives a one-element list, as it always has."""
+    out_tree = getattr(x, "out_tree", None)
+    if out_tree is None or getattr(out_tree, "num_leaves", None) != len(outputs):
+        return outputs
+    if getattr(out_tree, "num_nodes", 1) <= 1:
+        return outputs
+    try:
+        import jax
+    except ImportError:
+        return outputs
+    return jax.tree_util.tree_unflatten(out_tree, outputs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import inspect
 import os
 from typing import Any, List, Optional, Tuple
@@ -21,8 +22,8 @@ def hlo_text(x: Any) -> Tuple[str, str]:
         return _decode(x, "<bytes>"), "<bytes>"
     if isinstance(x, str):
         # HLO text starts with its module header or spans lines; a path does neither.
-        if "\n" in x or x.lstrip().startswith("HloModule"):
-            return x, "<string>"
+        if "\n" in x or x.lstrip().startswith(("HloModule", "module", "func.func")):
+            return _checked(x, "<string>"), "<string>"
         return _read(x)
     as_text = getattr(x, "as_text", None)
     if callable(as_text):
@@ -72,7 +73,7 @@ def _jax_text(x: Any, as_text: Any) -> str:
     text = as_text(dialect="hlo") if takes_dialect else as_text()
     if not isinstance(text, str):
         raise ArgumentError(f"{type(x).__name__}.as_text() returned no HLO text")
-    return text
+    return _checked(text, f"<{type(x).__name__}>")
 
 
 def _read(path: str) -> Tuple[str, str]:
@@ -81,11 +82,53 @@ def _read(path: str) -> Tuple[str, str]:
     return _decode(data, path), path
 
 
+# The two bytes every gzip stream starts with (RFC 1952): `.hlo.gz` files are
+# found by content, as the CLI finds them.
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _decode(data: bytes, name: str) -> str:
+    if data.startswith(_GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise ParseError(f"{name}: corrupt gzip data ({e})") from None
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ParseError(f"{name}: not valid UTF-8 text (invalid byte at offset {e.start})") from None
+    return _checked(text, name)
+
+
+def mlir_dialect(text: str) -> Optional[str]:
+    """The MLIR dialect of ``text`` when it is an MLIR module (what ``Lowered.as_text()``
+    prints by default) rather than HLO text; ``None`` for anything else."""
+    for line in text.splitlines():
+        first = line.strip()
+        if first and not first.startswith(("//", "#")):
+            break
+    else:
+        return None
+    if not first.startswith(("module @", "module {", "module attributes", "func.func")):
+        return None
+    if "stablehlo." in text:
+        return "StableHLO (MLIR)"
+    if "mhlo." in text:
+        return "MHLO (MLIR)"
+    return "MLIR"
+
+
+def _checked(text: str, name: str) -> str:
+    """``text`` itself, or a ParseError naming its dialect and the one-line fix when it
+    is MLIR: tpusim reads HLO text, which JAX prints on request."""
+    dialect = mlir_dialect(text)
+    if dialect is None:
+        return text
+    raise ParseError(
+        f"{name}: this is {dialect} text, not HLO text; tpusim reads HLO. Print the program "
+        'as HLO: `lowered.as_text(dialect="hlo")` or '
+        '`jax.jit(f).lower(...).compiler_ir("hlo").as_hlo_text()`'
+    )
 
 
 def jax_output_sharding(x: Any) -> Optional[str]:

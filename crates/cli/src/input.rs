@@ -4,9 +4,67 @@ use anyhow::{Context, Result};
 use std::io::Read;
 use tpusim_hlo::{Module, SourceMap};
 
-/// Reads a file, or stdin for `-`. Invalid UTF-8 is an error naming the byte offset.
+/// Reads a file, or stdin for `-`; gzip-compressed input (`.hlo.gz`, found by its
+/// magic bytes, not its name) is decompressed. Invalid UTF-8 is an error naming the
+/// byte offset; StableHLO/MLIR text is an error naming what it is and the fix.
 pub fn read_text(path: &str) -> Result<String> {
-    let bytes = if path == "-" {
+    let bytes = decompress_if_gzip(path, read_bytes(path)?)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not valid UTF-8 text (invalid byte at offset {})",
+            display_name(path),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    if let Some(what) = mlir_dialect(&text) {
+        anyhow::bail!(
+            "{}: this is {what} text, not HLO text; tpusim reads HLO. Print the program as HLO: \
+             `lowered.as_text(dialect=\"hlo\")` or `jax.jit(f).lower(...).compiler_ir(\"hlo\").as_hlo_text()`",
+            display_name(path)
+        );
+    }
+    Ok(text)
+}
+
+/// The two magic bytes every gzip stream starts with (RFC 1952).
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+fn decompress_if_gzip(path: &str, bytes: Vec<u8>) -> Result<Vec<u8>> {
+    if !bytes.starts_with(&GZIP_MAGIC) {
+        return Ok(bytes);
+    }
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(bytes.as_slice())
+        .read_to_end(&mut out)
+        .with_context(|| format!("{}: corrupt gzip data", display_name(path)))?;
+    Ok(out)
+}
+
+/// Names the MLIR dialect of `text` when it is an MLIR module (what
+/// `Lowered.as_text()` prints by default) rather than HLO text.
+pub fn mlir_dialect(text: &str) -> Option<&'static str> {
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("//") && !l.starts_with('#'))?;
+    let is_mlir = first.starts_with("module @")
+        || first.starts_with("module {")
+        || first.starts_with("module attributes")
+        || first.starts_with("func.func");
+    if !is_mlir {
+        return None;
+    }
+    Some(if text.contains("stablehlo.") {
+        "StableHLO (MLIR)"
+    } else if text.contains("mhlo.") {
+        "MHLO (MLIR)"
+    } else {
+        "MLIR"
+    })
+}
+
+fn read_bytes(path: &str) -> Result<Vec<u8>> {
+    Ok(if path == "-" {
         let mut b = Vec::new();
         std::io::stdin()
             .read_to_end(&mut b)
@@ -14,13 +72,6 @@ pub fn read_text(path: &str) -> Result<String> {
         b
     } else {
         std::fs::read(path).with_context(|| format!("cannot read {path}"))?
-    };
-    String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: not valid UTF-8 text (invalid byte at offset {})",
-            display_name(path),
-            e.utf8_error().valid_up_to()
-        )
     })
 }
 
