@@ -70,8 +70,8 @@ def test_report_properties_are_the_json_fields() -> None:
     assert report.step_time_s == d["step_time_s"] > 0
     assert report.mfu == d["mfu"]
     assert report.flops == d["flops"] > 0
-    assert report.ops == d["ops"] and report.ops
-    assert {"name", "opcode", "time_s", "bound"} <= set(report.ops[0])
+    assert report.op_list == d["ops"] and report.op_list
+    assert {"name", "opcode", "time_s", "bound"} <= set(report.op_list[0])
     assert report.module == d["module"]
     assert report.peak_memory_bytes == d["peak_memory_bytes"] > 0
     # One chip: no network, nothing to communicate, all of the step is compute.
@@ -81,8 +81,8 @@ def test_report_properties_are_the_json_fields() -> None:
     assert report.compute_s == d["compute_s"] > 0
     # Copies: editing them leaves the report as it was.
     report.to_dict()["step_time_s"] = -1.0
-    report.ops.clear()
-    assert report.step_time_s == d["step_time_s"] and report.ops
+    report.op_list.clear()
+    assert report.step_time_s == d["step_time_s"] and report.op_list
 
 
 def test_html_shows_summary_and_roofline() -> None:
@@ -91,7 +91,7 @@ def test_html_shows_summary_and_roofline() -> None:
     assert report.module in page
     assert "<table>" in page and "step time" in page
     assert page.count("<svg") == 1
-    timed = [o for o in report.ops if o["flops"] > 0 and o["bytes_accessed"] > 0 and o["time_s"] > 0]
+    timed = [o for o in report.op_list if o["flops"] > 0 and o["bytes_accessed"] > 0 and o["time_s"] > 0]
     assert page.count("<circle") == len(timed) > 0
     assert "tpusim.Report" in repr(report)
 

@@ -6,7 +6,7 @@ import copy
 import html
 import json
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 class Report:
@@ -73,8 +73,20 @@ class Report:
         return None if value is None else str(value)
 
     @property
-    def ops(self) -> List[Dict[str, Any]]:
-        """Per-instruction statistics, slowest first (copies: editing them is harmless)."""
+    def ops(self) -> Any:
+        """Per-instruction statistics, slowest first: a pandas ``DataFrame`` (one row
+        per op, the columns of ``tpusim analyze --json``'s ``ops``) when pandas is
+        installed, else a list of dicts (copies: editing either is harmless)."""
+        rows = self.op_list
+        try:
+            import pandas
+        except ImportError:
+            return rows
+        return pandas.DataFrame(rows)
+
+    @property
+    def op_list(self) -> List[Dict[str, Any]]:
+        """Per-instruction statistics, slowest first, always as a list of dicts (copies)."""
         return copy.deepcopy(list(self._data["ops"]))
 
     @property
@@ -104,28 +116,106 @@ class Report:
             f"{self.flops:.4g} FLOPs, MFU {100 * self.mfu:.1f}%>"
         )
 
+    def __str__(self) -> str:
+        """A multi-line summary: step time, bounds, memory, top ops, hints."""
+        lines = [f"{self.module} on {self.chip}"]
+        lines += [f"  {k:<16} {v}" for k, v in _summary_rows(self)]
+        top = self.op_list[:5]
+        if top:
+            lines.append("  top ops")
+            step = self.step_time_s or 1.0
+            for o in top:
+                t = float(o["time_s"])
+                lines.append(
+                    f"    {_seconds(t):>12} {100 * t / step:5.1f}%  {o['name']} ({o['bound']})"
+                )
+        for h in self.hints:
+            lines.append(f"  hint: {h}")
+        return "\n".join(lines)
+
     def _repr_html_(self) -> str:
-        return _summary_html(self) + _roofline_svg(self)
+        return _summary_html(self) + _roofline_svg(self) + _memory_html(self)
+
+    def compare(self, other: "Report") -> "Comparison":
+        """This analysis and ``other`` (another chip, mesh or program) side by side."""
+        return Comparison(self, other)
 
 
-def _seconds(s: float) -> str:
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if s >= scale:
-            return f"{s / scale:.3f} {unit}"
-    return f"{s * 1e9:.3f} ns"
+class Comparison:
+    """Two reports side by side: ``str()`` is a text table, ``_repr_html_`` an HTML one
+    (Jupyter shows it); ``rows`` holds ``(figure, left, right, right/left)``."""
+
+    def __init__(self, left: Report, right: Report) -> None:
+        self.left = left
+        self.right = right
+
+    @property
+    def rows(self) -> List[Tuple[str, str, str, str]]:
+        a, b = self.left, self.right
+
+        def ratio(x: float, y: float) -> str:
+            return f"{y / x:.3g}x" if x else "-"
+
+        return [
+            ("chip", a.chip, b.chip, ""),
+            ("network", a.network or "one device", b.network or "one device", ""),
+            ("step time", _seconds(a.step_time_s), _seconds(b.step_time_s), ratio(a.step_time_s, b.step_time_s)),
+            ("compute", _seconds(a.compute_s), _seconds(b.compute_s), ratio(a.compute_s, b.compute_s)),
+            (
+                "exposed communication",
+                _seconds(a.exposed_communication_s),
+                _seconds(b.exposed_communication_s),
+                ratio(a.exposed_communication_s, b.exposed_communication_s),
+            ),
+            ("MFU", f"{100 * a.mfu:.1f}%", f"{100 * b.mfu:.1f}%", ratio(a.mfu, b.mfu)),
+            (
+                "peak memory",
+                _gib(a.peak_memory_bytes),
+                _gib(b.peak_memory_bytes),
+                ratio(a.peak_memory_bytes, b.peak_memory_bytes),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        head = ("", f"{self.left.module} on {self.left.chip}", f"{self.right.module} on {self.right.chip}", "ratio")
+        table = [head] + self.rows
+        widths = [max(len(r[i]) for r in table) for i in range(4)]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
+
+    def __repr__(self) -> str:
+        return f"<tpusim.Comparison {self.left.chip} vs {self.right.chip}>"
+
+    def _repr_html_(self) -> str:
+        cells = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows
+        )
+        return (
+            "<table class='tpusim-compare'><tr><th></th>"
+            f"<th>{html.escape(self.left.module)} on {html.escape(self.left.chip)}</th>"
+            f"<th>{html.escape(self.right.module)} on {html.escape(self.right.chip)}</th>"
+            f"<th>ratio</th></tr>{cells}</table>"
+        )
 
 
-def _summary_html(r: Report) -> str:
+def _gib(n: float) -> str:
+    """Bytes in GiB, the one memory unit of every tpusim output."""
+    return f"{n / 2**30:.3f} GiB"
+
+
+def _summary_rows(r: Report) -> List[Tuple[str, str]]:
     d = r.to_dict()
     rows = [
-        ("module", r.module),
-        ("chip", r.chip),
         ("step time", _seconds(r.step_time_s)),
         ("FLOPs", f"{r.flops:.4e}"),
         ("bytes accessed", f"{r.bytes_accessed:.4e}"),
         ("MFU", f"{100 * r.mfu:.1f}% of {d.get('mfu_dtype', '?')} peak"),
     ]
-    rows.append(("peak memory", f"{r.peak_memory_bytes:,} B"))
+    memory = d.get("memory") or {}
+    capacity = float(memory.get("capacity_bytes") or 0)
+    peak = _gib(r.peak_memory_bytes)
+    if capacity > 0:
+        peak += f" of {_gib(capacity)} HBM ({100 * r.peak_memory_bytes / capacity:.1f}%)"
+    rows.append(("peak memory", peak))
     if r.network is not None:
         rows.append(("network", r.network))
         rows.append(
@@ -137,6 +227,39 @@ def _summary_html(r: Report) -> str:
     step = r.step_time_s or 1.0
     bounds = ", ".join(f"{k} {100 * v / step:.1f}%" for k, v in d.get("time_by_bound", {}).items())
     rows.append(("time by bound", bounds))
+    return rows
+
+
+def _memory_html(r: Report) -> str:
+    """The buffers live at the memory peak, largest first."""
+    memory = r.to_dict().get("memory") or {}
+    buffers = sorted(memory.get("peak_buffers") or [], key=lambda b: -int(b.get("bytes", 0)))[:10]
+    if not buffers:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(str(b.get('name')))}</td><td>{html.escape(str(b.get('shape')))}</td>"
+        f"<td>{html.escape(str(b.get('kind')))}</td><td>{_gib(float(b.get('bytes', 0)))}</td></tr>"
+        for b in buffers
+    )
+    return (
+        "<div class='tpusim-memory'><h4>Memory at the peak</h4>"
+        f"<p>peak {_gib(r.peak_memory_bytes)} at {_seconds(float(memory.get('peak_time_s') or 0))}</p>"
+        "<table><tr><th>buffer</th><th>shape</th><th>kind</th><th>size</th></tr>"
+        f"{rows}</table></div>"
+    )
+
+
+def _seconds(s: float) -> str:
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if s >= scale:
+            return f"{s / scale:.3f} {unit}"
+    return f"{s * 1e9:.3f} ns"
+
+
+def _summary_html(r: Report) -> str:
+    d = r.to_dict()
+    step = r.step_time_s or 1.0
+    rows = [("module", r.module), ("chip", r.chip)] + _summary_rows(r)
     body = "".join(
         f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
         for k, v in rows
