@@ -221,7 +221,9 @@ pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analy
     let memory = schedule::memory_of(m, module, chip);
     let mut a = finish(module, chip, acc, xla, unfused, assumptions);
     if let Some(h) = attention::flash_hint(m, &a) {
-        a.hints.push(h);
+        // Materialized scores are the largest HBM cost of an unfused attention:
+        // its fix leads the list.
+        a.hints.insert(0, h);
     }
     a.devices = comm.devices(module);
     net.summarize(&mut a, comm.describe());
@@ -880,26 +882,86 @@ fn plain_category(op: Opcode) -> Category {
 /// Ops a hint may name: the longest ones.
 const HINT_OPS: usize = 15;
 
-/// Concrete, number-backed suggestions.
+/// A share of the step spent HBM-bound (or moving data) above which the whole
+/// class gets a hint of its own, not only its longest op.
+const CLASS_HINT_SHARE_PCT: f64 = 20.0;
+
+/// Concrete, number-backed suggestions, each naming a fix, ranked by the time
+/// at stake (the seconds of the step the fix could save, at most), duplicates
+/// dropped. A program over the chip's memory ranks first: it cannot run at all.
 pub fn hints(a: &Analysis, chip: &Chip) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut ranked = ranked_hints(a, chip);
+    ranked.sort_by(|x, y| y.0.total_cmp(&x.0));
+    let mut out: Vec<String> = Vec::new();
+    for (_, h) in ranked {
+        if !out.contains(&h) {
+            out.push(h);
+        }
+    }
+    out
+}
+
+fn ranked_hints(a: &Analysis, chip: &Chip) -> Vec<(f64, String)> {
+    let mut out: Vec<(f64, String)> = Vec::new();
     if a.step_time_s <= 0.0 {
         return out;
     }
+    let capacity = a.memory.capacity_bytes;
+    if capacity > 0 && a.peak_memory_bytes > capacity {
+        let largest = a
+            .memory
+            .peak_buffers
+            .iter()
+            .max_by_key(|b| b.bytes)
+            .map(|b| {
+                format!(
+                    "; the largest live buffer is {} ({:.2} GiB)",
+                    b.name,
+                    gib(b.bytes)
+                )
+            })
+            .unwrap_or_default();
+        out.push((
+            f64::INFINITY,
+            format!(
+                "peak memory {:.2} GiB exceeds the {:.2} GiB of HBM on {}{largest}: apply a remat \
+                 policy (jax.checkpoint with jax.checkpoint_policies.dots_with_no_batch_dims_saveable) \
+                 or shard the largest buffers over more devices",
+                gib(a.peak_memory_bytes),
+                gib(capacity),
+                chip.id
+            ),
+        ));
+    }
+    class_hints(a, &mut out);
     let share = |t: f64| 100.0 * t / a.step_time_s;
+    let mut memory_bound: Vec<MemoryBoundGroup> = Vec::new();
     for o in a.ops.iter().take(HINT_OPS) {
         let Some(mm) = &o.matmul else { continue };
         if o.bound == Bound::Hbm {
-            out.push(format!(
-                "{} is memory-bound ({:.0} FLOP/byte, {:.1}% of step): on {} a {} matmul \
-                 becomes compute-bound above ~{:.0} FLOP/byte",
-                o.name,
-                o.arithmetic_intensity(),
-                share(o.time_s),
-                chip.id,
-                mm.dtype.name(),
-                chip.ridge_point_flops_per_byte(mm.dtype) / f64::from(mm.passes),
-            ));
+            // Ops alike (same dtype and FLOP/byte, e.g. one per layer) share one hint.
+            let key = (mm.dtype.name(), format!("{:.0}", o.arithmetic_intensity()));
+            let ridge = chip.ridge_point_flops_per_byte(mm.dtype) / f64::from(mm.passes);
+            let at = memory_bound
+                .iter()
+                .position(|g: &MemoryBoundGroup| g.key == key);
+            let g = match at {
+                Some(i) => &mut memory_bound[i],
+                None => {
+                    memory_bound.push(MemoryBoundGroup {
+                        key,
+                        first: o.name.clone(),
+                        ridge,
+                        ops: 0,
+                        time_s: 0.0,
+                        stake_s: 0.0,
+                    });
+                    memory_bound.last_mut().expect("just pushed")
+                }
+            };
+            g.ops += 1;
+            g.time_s += o.time_s;
+            g.stake_s += o.time_s - o.mxu_time_s;
         }
         // Padding and extra passes cost time only where the MXU is the limit.
         if o.bound == Bound::Mxu && mm.padding_waste >= 0.01 {
@@ -908,23 +970,48 @@ pub fn hints(a: &Analysis, chip: &Chip) -> Vec<String> {
                 .iter()
                 .map(|(d, p)| format!("dim {d} pads to {p}"))
                 .collect();
-            out.push(format!(
-                "{}: {}: {:.1}% of MXU work wasted",
-                o.name,
-                dims.join(", "),
-                100.0 * mm.padding_waste
+            out.push((
+                o.time_s * mm.padding_waste,
+                format!(
+                    "{}: {}: {:.1}% of MXU work wasted; pad the model dims to the MXU size",
+                    o.name,
+                    dims.join(", "),
+                    100.0 * mm.padding_waste
+                ),
             ));
         }
         if o.bound == Bound::Mxu && mm.passes > 1 {
-            out.push(format!(
-                "{}: f32 operands at {} precision take {} bf16 MXU passes; DEFAULT precision \
-                 (or bf16 inputs) would cut its MXU time {}x",
-                o.name,
-                if mm.passes == 3 { "HIGH" } else { "HIGHEST" },
-                mm.passes,
-                mm.passes
+            out.push((
+                o.time_s * (1.0 - 1.0 / f64::from(mm.passes)),
+                format!(
+                    "{}: f32 operands at {} precision take {} bf16 MXU passes; DEFAULT precision \
+                     (or bf16 inputs) would cut its MXU time {}x",
+                    o.name,
+                    if mm.passes == 3 { "HIGH" } else { "HIGHEST" },
+                    mm.passes,
+                    mm.passes
+                ),
             ));
         }
+    }
+    for g in memory_bound {
+        let who = match g.ops {
+            1 => format!("{} is", g.first),
+            n => format!("{} and {} ops like it are", g.first, n - 1),
+        };
+        out.push((
+            g.stake_s,
+            format!(
+                "{who} memory-bound ({} FLOP/byte, {:.1}% of step): on {} a {} matmul becomes \
+                 compute-bound above ~{:.0} FLOP/byte; a larger batch per device (or fewer, \
+                 larger matmuls) raises it",
+                g.key.1,
+                share(g.time_s),
+                chip.id,
+                g.key.0,
+                g.ridge,
+            ),
+        ));
     }
     let overhead = a
         .time_by_bound
@@ -938,21 +1025,88 @@ pub fn hints(a: &Analysis, chip: &Chip) -> Vec<String> {
             .filter(|o| o.bound == Bound::Overhead)
             .map(|o| o.occurrences)
             .sum();
-        out.push(format!(
-            "{n} op executions are overhead-bound ({:.1}% of step at {:.2} µs each): fuse small \
-             ops or give each more work",
-            share(overhead),
-            chip.op_overhead_s * 1e6
+        out.push((
+            overhead,
+            format!(
+                "{n} op executions are overhead-bound ({:.1}% of step at {:.2} µs each): fuse small \
+                 ops or give each more work",
+                share(overhead),
+                chip.op_overhead_s * 1e6
+            ),
         ));
     }
     let vpu = a.time_by_bound.get(&Bound::Vpu).copied().unwrap_or(0.0);
     if share(vpu) >= 20.0 && a.transcendentals > 0.0 {
-        out.push(format!(
-            "{:.1}% of the step is VPU-bound; transcendentals ({:.3e}) cost {} VPU flops each",
-            share(vpu),
-            a.transcendentals,
-            transcendental_cost(chip)
+        out.push((
+            vpu,
+            format!(
+                "{:.1}% of the step is VPU-bound; transcendentals ({:.3e}) cost {} VPU flops each: \
+                 compute them in bf16 or once (hoist them out of loops)",
+                share(vpu),
+                a.transcendentals,
+                transcendental_cost(chip)
+            ),
         ));
     }
     out
+}
+
+/// Memory-bound matmuls of one dtype and FLOP/byte: one hint for all of them.
+struct MemoryBoundGroup {
+    key: (&'static str, String),
+    first: String,
+    ridge: f64,
+    ops: usize,
+    time_s: f64,
+    stake_s: f64,
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 30)
+}
+
+/// Whole-step hints: a step mostly HBM-bound, or mostly copying and slicing,
+/// gets one hint naming its longest ops and the fix, whatever each op's share.
+fn class_hints(a: &Analysis, out: &mut Vec<(f64, String)>) {
+    let share = |t: f64| 100.0 * t / a.step_time_s;
+    let longest = |keep: &dyn Fn(&OpStat) -> bool| -> String {
+        let names: Vec<String> = a
+            .ops
+            .iter()
+            .filter(|o| keep(o))
+            .take(3)
+            .map(|o| format!("{} {:.1}%", o.name, share(o.time_s)))
+            .collect();
+        names.join(", ")
+    };
+    let hbm = a.time_by_bound.get(&Bound::Hbm).copied().unwrap_or(0.0);
+    if share(hbm) >= CLASS_HINT_SHARE_PCT {
+        out.push((
+            hbm,
+            format!(
+                "{:.1}% of the step is HBM-bound (longest: {}): raise FLOPs per byte: a \
+                 larger batch per device for small matmuls, fusing elementwise chains into their \
+                 producers, keeping intermediates in VMEM (a Pallas kernel)",
+                share(hbm),
+                longest(&|o| o.bound == Bound::Hbm)
+            ),
+        ));
+    }
+    let moving = a
+        .time_by_category
+        .get(&Category::DataMovement)
+        .copied()
+        .unwrap_or(0.0);
+    if share(moving) >= CLASS_HINT_SHARE_PCT {
+        out.push((
+            moving,
+            format!(
+                "copies and slices take {:.1}% of the step (longest: {}): fuse each copy or \
+                 slice into its consumer, update caches in place (dynamic_update_slice on a \
+                 donated buffer) instead of copying them",
+                share(moving),
+                longest(&|o| o.category == Category::DataMovement)
+            ),
+        ));
+    }
 }
