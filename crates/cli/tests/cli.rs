@@ -397,8 +397,12 @@ fn analyze_prices_collectives_on_a_pod() {
     );
     for (args, why) in [
         (vec!["--topology", "16x20x32"], "larger than the largest"),
-        (vec!["--topology", "2x2"], "needs 8 devices"),
+        (vec!["--topology", "2x2x1"], "needs 8 devices"),
         (vec!["--topology", "4x"], "bad topology"),
+        // A 2-D shape on a 3-D torus, and a pod larger than the module, are meaningless.
+        (vec!["--topology", "2x4"], "write 3 axes"),
+        (vec!["--topology", "4x4x4"], "56 would sit idle"),
+        (vec!["--slices", "1000"], "would sit idle"),
     ] {
         let mut all = vec!["analyze", file.as_str(), "--chip", "v5p"];
         all.extend_from_slice(&args);
@@ -892,7 +896,7 @@ fn trace_prices_collectives_on_a_topology() {
     );
     // A topology that cannot hold the module's 8 devices is refused.
     let mut bad = args.to_vec();
-    bad[5] = "2x2";
+    bad[5] = "2x2x1";
     bad.push(dir.to_str().unwrap());
     let out = tpusim(&bad, None);
     assert_eq!(out.status.code(), Some(1));

@@ -44,7 +44,11 @@ pub use topology::{default_shape, parse_shape, Place, Pod};
 pub enum PodError {
     #[error("bad topology `{0}`: write chips per axis such as 4x4 or 4x4x4")]
     BadShape(String),
-    #[error("{chip} has a {dims}-axis torus; topology {shape} has {got} axes")]
+    #[error(
+        "{chip} has a {dims}-axis torus; topology {shape} has {got} axes: write {dims} axes \
+         (chips per axis, e.g. {}), or leave --topology out for the module's own device count",
+        if *dims == 3 { "2x2x2 or 4x4x8" } else { "2x4 or 16x16" }
+    )]
     Dims {
         chip: String,
         dims: usize,
@@ -74,4 +78,11 @@ pub enum PodError {
     DeviceOrder { line: usize, msg: String },
     #[error("the module needs {need} devices but the pod has {have}")]
     TooFewDevices { need: u64, have: u64 },
+    #[error(
+        "the module runs on {need} device(s) but the pod has {have}: {} would sit idle and \
+         the program never talks to them; give a topology (and --slices) of {need} device(s), \
+         or leave --topology out to use the module's own device count",
+        have - need
+    )]
+    TooManyDevices { need: u64, have: u64 },
 }

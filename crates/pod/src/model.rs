@@ -49,6 +49,14 @@ impl PodModel {
                 have: self.pod.devices(),
             });
         }
+        if need < self.pod.devices() {
+            // Devices the program never names would sit idle: the prediction
+            // would be for a smaller pod than the one asked for.
+            return Err(PodError::TooManyDevices {
+                need: need.max(1),
+                have: self.pod.devices(),
+            });
+        }
         Ok(())
     }
 }

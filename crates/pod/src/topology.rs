@@ -128,7 +128,7 @@ impl Pod {
             return Err(PodError::NotTorus(chip.name.clone()));
         };
         let dims = *dims as usize;
-        if shape.is_empty() || shape.len() > dims {
+        if shape.is_empty() || shape.len() != dims {
             return Err(PodError::Dims {
                 chip: chip.name.clone(),
                 dims,
