@@ -66,7 +66,7 @@ pub struct ChipArgs {
     /// Chip to simulate (see `tpusim chips` for the ids)
     #[arg(long, value_name = "NAME", required_unless_present = "chip_file")]
     chip: Option<String>,
-    /// Simulate a chip described in a TOML file instead (schema in crates/arch/README.md)
+    /// Simulate a chip described in a TOML file instead (`tpusim chips --json` prints the fields to copy)
     #[arg(long, value_name = "FILE", conflicts_with = "chip")]
     chip_file: Option<String>,
 }

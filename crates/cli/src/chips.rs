@@ -10,7 +10,7 @@ pub struct Args {
     /// Print every field of every chip as JSON instead of a table
     #[arg(long)]
     json: bool,
-    /// Also load and validate a chip described in a TOML file (see crates/arch/README.md)
+    /// Also load and validate a chip described in a TOML file (fields as `tpusim chips --json` prints them)
     #[arg(long, value_name = "FILE")]
     chip_file: Option<String>,
 }

@@ -48,7 +48,7 @@ enum Cmd {
     Chips(chips::Args),
     /// Print the program XLA:TPU would run: tpusim's compiler passes over the module
     Compile(compile::Args),
-    /// Predict the step time of a module on one device of a chip (roofline per op)
+    /// Predict the step time of a module on a chip or pod: each op priced on one device, collectives on the pod's torus
     Analyze(analyze::Args),
     /// Print the per-device module of an unpartitioned sharded module (tpusim's SPMD partitioner)
     Partition(partition::Args),

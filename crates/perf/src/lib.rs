@@ -888,7 +888,8 @@ const CLASS_HINT_SHARE_PCT: f64 = 20.0;
 
 /// Concrete, number-backed suggestions, each naming a fix, ranked by the time
 /// at stake (the seconds of the step the fix could save, at most), duplicates
-/// dropped. A program over the chip's memory ranks first: it cannot run at all.
+/// dropped. (A program over the chip's memory gets its hint first, from the
+/// memory schedule: it cannot run at all.)
 pub fn hints(a: &Analysis, chip: &Chip) -> Vec<String> {
     let mut ranked = ranked_hints(a, chip);
     ranked.sort_by(|x, y| y.0.total_cmp(&x.0));
@@ -905,33 +906,6 @@ fn ranked_hints(a: &Analysis, chip: &Chip) -> Vec<(f64, String)> {
     let mut out: Vec<(f64, String)> = Vec::new();
     if a.step_time_s <= 0.0 {
         return out;
-    }
-    let capacity = a.memory.capacity_bytes;
-    if capacity > 0 && a.peak_memory_bytes > capacity {
-        let largest = a
-            .memory
-            .peak_buffers
-            .iter()
-            .max_by_key(|b| b.bytes)
-            .map(|b| {
-                format!(
-                    "; the largest live buffer is {} ({:.2} GiB)",
-                    b.name,
-                    gib(b.bytes)
-                )
-            })
-            .unwrap_or_default();
-        out.push((
-            f64::INFINITY,
-            format!(
-                "peak memory {:.2} GiB exceeds the {:.2} GiB of HBM on {}{largest}: apply a remat \
-                 policy (jax.checkpoint with jax.checkpoint_policies.dots_with_no_batch_dims_saveable) \
-                 or shard the largest buffers over more devices",
-                gib(a.peak_memory_bytes),
-                gib(capacity),
-                chip.id
-            ),
-        ));
     }
     class_hints(a, &mut out);
     let share = |t: f64| 100.0 * t / a.step_time_s;
@@ -1059,10 +1033,6 @@ struct MemoryBoundGroup {
     ops: usize,
     time_s: f64,
     stake_s: f64,
-}
-
-fn gib(bytes: u64) -> f64 {
-    bytes as f64 / f64::from(1u32 << 30)
 }
 
 /// Whole-step hints: a step mostly HBM-bound, or mostly copying and slicing,

@@ -303,9 +303,11 @@ impl Mem {
         let capacity = chip.memory.hbm_bytes;
         let warning = (self.peak > capacity).then(|| {
             format!(
-                "peak HBM use {:.2} GB exceeds the {:.2} GB of one {}",
-                self.peak as f64 / 1e9,
-                capacity as f64 / 1e9,
+                "peak HBM use {:.2} GiB exceeds the {:.2} GiB of one {}: apply a remat policy \
+                 (jax.checkpoint with jax.checkpoint_policies.dots_with_no_batch_dims_saveable) \
+                 or shard the largest buffers over more devices",
+                self.peak as f64 / f64::from(1u32 << 30),
+                capacity as f64 / f64::from(1u32 << 30),
                 chip.id
             )
         });
