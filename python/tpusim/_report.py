@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import html
+import importlib
 import json
 import math
 from typing import Any, Dict, List, Optional, Tuple
@@ -79,7 +80,8 @@ class Report:
         installed, else a list of dicts (copies: editing either is harmless)."""
         rows = self.op_list
         try:
-            import pandas
+            # importlib keeps pandas optional for type checkers too (no stubs needed).
+            pandas = importlib.import_module("pandas")
         except ImportError:
             return rows
         return pandas.DataFrame(rows)

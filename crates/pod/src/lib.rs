@@ -79,10 +79,8 @@ pub enum PodError {
     #[error("the module needs {need} devices but the pod has {have}")]
     TooFewDevices { need: u64, have: u64 },
     #[error(
-        "the module runs on {need} device(s) but the pod has {have}: {} would sit idle and \
-         the program never talks to them; give a topology (and --slices) of {need} device(s), \
-         or leave --topology out to use the module's own device count",
-        have - need
+        "--slices {slices} is more than the module's {need} device(s): every slice needs at \
+         least one; give --slices between 1 and {need}"
     )]
-    TooManyDevices { need: u64, have: u64 },
+    TooManySlices { slices: u32, need: u64 },
 }

@@ -33,11 +33,14 @@ impl Network {
 pub struct PodModel {
     pub pod: Pod,
     pub network: Network,
+    /// Devices the module names (at most the pod's).
+    pub used: u64,
 }
 
 impl PodModel {
     pub fn new(pod: Pod, network: Network) -> Self {
-        PodModel { pod, network }
+        let used = pod.devices();
+        PodModel { pod, network, used }
     }
 
     /// Checks that `m` fits on the pod.
@@ -46,14 +49,6 @@ impl PodModel {
         if need > self.pod.devices() {
             return Err(PodError::TooFewDevices {
                 need,
-                have: self.pod.devices(),
-            });
-        }
-        if need < self.pod.devices() {
-            // Devices the program never names would sit idle: the prediction
-            // would be for a smaller pod than the one asked for.
-            return Err(PodError::TooManyDevices {
-                need: need.max(1),
                 have: self.pod.devices(),
             });
         }
@@ -108,8 +103,18 @@ impl CommModel for PodModel {
             .iter()
             .map(|&w| if w { "wraps" } else { "no wrap" })
             .collect();
+        // A pod larger than the program: say what it means, the devices the
+        // program never names sit idle and only the placement is priced.
+        let idle = match self.pod.devices().saturating_sub(self.used) {
+            0 => String::new(),
+            n => format!(
+                "; the module uses {} of its {} devices, {n} sit idle",
+                self.used.max(1),
+                self.pod.devices()
+            ),
+        };
         Some(format!(
-            "{} ({}; {} chips), {} network",
+            "{} ({}; {} chips), {} network{idle}",
             self.pod.describe(),
             wraps.join(", "),
             self.pod.chips(),
@@ -186,7 +191,14 @@ impl PodOptions {
         if let Some(text) = &self.device_order {
             pod.set_device_order(text)?;
         }
-        let model = PodModel::new(pod, self.network);
+        if u64::from(slices) > devices.max(1) {
+            return Err(PodError::TooManySlices {
+                slices,
+                need: devices.max(1),
+            });
+        }
+        let mut model = PodModel::new(pod, self.network);
+        model.used = devices;
         model.check(m)?;
         Ok(Some(model))
     }
