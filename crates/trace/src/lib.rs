@@ -7,6 +7,7 @@
 //! the model itself: callers pass the schedule and memory profile in.
 
 mod compare;
+pub mod hlo_proto;
 mod output;
 mod read;
 mod write;
@@ -21,8 +22,8 @@ pub use read::{
 pub mod xplane;
 
 pub use write::{
-    build_xspace, hlo_category, run_folder_name, write_xspace, SimulatedDevice, SimulatedRun,
-    PROGRAM_ID,
+    build_xspace, hlo_category, run_folder_name, utilization, write_xspace, SimulatedDevice,
+    SimulatedRun, PROGRAM_ID,
 };
 
 use std::path::PathBuf;

@@ -162,10 +162,7 @@ pub fn build_xspace(run: &SimulatedRun) -> XSpace {
         planes.push(device_plane(run, d, &module_name));
         longest = longest.max(d.schedule.step_s * f64::from(run.steps.max(1)));
     }
-    let host = host_plane(run);
-    if !host.lines.is_empty() {
-        planes.push(host);
-    }
+    planes.push(host_plane(run));
     planes.push(metadata_plane(run, &module_name));
     planes.push(task_plane(run, longest));
     XSpace {
@@ -392,7 +389,45 @@ fn host_plane(run: &SimulatedRun) -> XPlane {
         lines.push(line(i64::from(d.ordinal) + 1, &allocator, events));
     }
     p.plane.lines = lines;
+    let (mxu, hbm) = utilization(run);
+    p.plane.stats = vec![
+        p.stat(
+            "matrix_unit_utilization_percent",
+            x_stat::Value::DoubleValue(mxu),
+        ),
+        p.stat("hbm_utilization_percent", x_stat::Value::DoubleValue(hbm)),
+    ];
     p.plane
+}
+
+/// What a TPU's performance counters report and xprof's overview page shows
+/// (it reads them from the host plane's stats): the MXUs' busy share of the
+/// step (each op's MXU time from the model) and HBM traffic over what the
+/// HBM could move in the step, in percent, over all devices.
+pub fn utilization(run: &SimulatedRun) -> (f64, f64) {
+    let (mut mxu_s, mut bytes, mut step_s) = (0.0, 0.0, 0.0);
+    for d in &run.devices {
+        let m = d.schedule.module(run.module);
+        for e in d
+            .schedule
+            .events
+            .iter()
+            .filter(|e| e.lane == Lane::TensorCore)
+        {
+            let t = op_time(m, run.chip, e.instr);
+            mxu_s += t.mxu_s;
+            bytes += t.bytes_accessed;
+        }
+        step_s += d.schedule.step_s;
+    }
+    let bw = run.chip.memory.hbm_bandwidth_bytes_per_s;
+    if step_s <= 0.0 || bw <= 0.0 {
+        return (0.0, 0.0);
+    }
+    (
+        (100.0 * mxu_s / step_s).min(100.0),
+        (100.0 * bytes / (bw * step_s)).min(100.0),
+    )
 }
 
 /// The TensorFlow `DataType` enum value xprof expects for the element type
@@ -418,15 +453,23 @@ fn tf_dtype(shape: &str) -> i64 {
     }
 }
 
-fn metadata_plane(_run: &SimulatedRun, module_name: &str) -> XPlane {
+/// `/host:metadata`: one event metadata per program (id = program id, name =
+/// `module(program_id)`) whose `Hlo Proto` stat holds the serialized
+/// `xla.HloProto`, as a TPU capture carries it. xprof reads the plane's
+/// stats as legacy per-module protos when there are any, so it has none.
+fn metadata_plane(run: &SimulatedRun, module_name: &str) -> XPlane {
     let mut p = PlaneBuilder::new("/host:metadata");
-    let stats = vec![p.stat("program_id", x_stat::Value::Int64Value(PROGRAM_ID))];
-    p.event_metadata(1, module_name, stats);
-    let tpusim = p.stat(
-        "tpusim_version",
-        x_stat::Value::StrValue(env!("CARGO_PKG_VERSION").to_string()),
-    );
-    p.plane.stats = vec![tpusim];
+    let module = run
+        .devices
+        .first()
+        .map_or(run.module, |d| d.schedule.module(run.module));
+    let memory = run.devices.first().and_then(|d| d.memory);
+    let proto = crate::hlo_proto::hlo_proto(module, PROGRAM_ID, memory).encode_to_vec();
+    let stats = vec![
+        p.stat("program_id", x_stat::Value::Int64Value(PROGRAM_ID)),
+        p.stat("Hlo Proto", x_stat::Value::BytesValue(proto)),
+    ];
+    p.event_metadata(PROGRAM_ID, module_name, stats);
     p.plane
 }
 
@@ -434,6 +477,10 @@ fn task_plane(run: &SimulatedRun, duration_s: f64) -> XPlane {
     let mut p = PlaneBuilder::new("Task Environment");
     let stop = run.start_ns + (duration_s * 1e9).ceil() as u64;
     p.plane.stats = vec![
+        p.stat(
+            "tpusim_version",
+            x_stat::Value::StrValue(env!("CARGO_PKG_VERSION").to_string()),
+        ),
         p.stat(
             "profile_start_time",
             x_stat::Value::Uint64Value(run.start_ns),

@@ -62,7 +62,11 @@ fn check_with_xprof(tag: &str, m: &tpusim_hlo::Module, comm: &dyn CommModel, dev
         entry["time_s"] = t.into();
         entry["occurrences"] = (entry["occurrences"].as_u64().unwrap() + n as u64).into();
     }
+    let (mxu_percent, hbm_percent) = tpusim_trace::utilization(&run);
     let want = serde_json::json!({
+        "mxu_percent": mxu_percent,
+        "hbm_percent": hbm_percent,
+        "module": format!("{}({})", sm.name, tpusim_trace::PROGRAM_ID),
         "step_s": s.step_s,
         "busy_s": s.busy_s(Lane::TensorCore),
         "peak_bytes": mem.peak_bytes,
