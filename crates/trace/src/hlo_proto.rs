@@ -49,11 +49,17 @@ fn array_shape(a: &ArrayShape) -> xp::ShapeProto {
                 .and_then(|x| x.element_size_bits)
                 .unwrap_or(0),
             memory_space: l.attrs.as_ref().and_then(|x| x.memory_space).unwrap_or(0),
+            tail_padding_alignment_in_elements: l
+                .attrs
+                .as_ref()
+                .and_then(|x| x.tail_padding_alignment)
+                .unwrap_or(1),
             ..xp::LayoutProto::default()
         },
         // XLA's default layout: the last dimension is the most minor.
         None => xp::LayoutProto {
             minor_to_major: (0..a.dims.len() as i64).rev().collect(),
+            tail_padding_alignment_in_elements: 1,
             ..xp::LayoutProto::default()
         },
     };
@@ -61,7 +67,12 @@ fn array_shape(a: &ArrayShape) -> xp::ShapeProto {
     xp::ShapeProto {
         element_type: element_type(a.ty),
         dimensions: a.dims.clone(),
-        is_dynamic_dimension: a.dynamic.clone(),
+        // XLA lists one flag per dimension, dynamic or not.
+        is_dynamic_dimension: if a.dynamic.is_empty() {
+            vec![false; a.dims.len()]
+        } else {
+            a.dynamic.clone()
+        },
         tuple_shapes: Vec::new(),
         layout: has_layout.then_some(layout),
     }
@@ -126,7 +137,8 @@ fn instruction(m: &Module, id: InstrId) -> xp::HloInstructionProto {
         operand_ids: ins.operands.iter().map(|&o| instr_id(o)).collect(),
         called_computation_ids: called(m, id),
         parameter_number: ins.parameter_number.unwrap_or(0),
-        metadata: ins.metadata().map(metadata),
+        // XLA writes an (empty) OpMetadata for every instruction.
+        metadata: Some(ins.metadata().map(metadata).unwrap_or_default()),
         // XLA reads 0 as "unset" for these two and the verifier wants >= 1.
         feature_group_count: ins.attr_int("feature_group_count").unwrap_or(1),
         batch_group_count: ins.attr_int("batch_group_count").unwrap_or(1),
@@ -382,6 +394,16 @@ fn program_shape(m: &Module, c: CompId) -> xp::ProgramShapeProto {
     }
 }
 
+/// The entry's signature as XLA's module config records it (parameters
+/// named `p0`, `p1`, ...).
+fn host_program_shape(m: &Module) -> xp::ProgramShapeProto {
+    let mut shape = program_shape(m, m.entry);
+    shape.parameter_names = (0..shape.parameters.len())
+        .map(|k| format!("p{k}"))
+        .collect();
+    shape
+}
+
 /// The module as `xla.HloModuleProto` (id `program_id`), with its schedule
 /// when the module is scheduled.
 pub fn module_proto(m: &Module, program_id: i64) -> xp::HloModuleProto {
@@ -437,7 +459,7 @@ pub fn module_proto(m: &Module, program_id: i64) -> xp::HloModuleProto {
         entry_computation_name: m.entry().name.clone(),
         entry_computation_id: comp_id(m.entry),
         computations,
-        host_program_shape: Some(program_shape(m, m.entry)),
+        host_program_shape: Some(host_program_shape(m)),
         id: program_id,
         schedule: (m.config.is_scheduled == Some(true)).then_some(xp::HloScheduleProto {
             sequences: schedule,

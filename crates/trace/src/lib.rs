@@ -7,12 +7,17 @@
 //! the model itself: callers pass the schedule and memory profile in.
 
 mod compare;
+mod diff;
 pub mod hlo_proto;
 mod output;
 mod read;
 mod write;
 
 pub use compare::{predicted_avg_times, profile_json};
+pub use diff::{
+    captured_programs, diff_rows, match_module, timed_ops, CapturedProgram, DiffRow, Mismatch,
+    ModuleMatch, ProfileDiff, Verdict, MAX_MISMATCHES,
+};
 pub use output::{create_dirs_within, create_file, Existing};
 
 pub use read::{

@@ -9,6 +9,10 @@
 //! This crate only wires the models (`tpusim-perf`) to the renderers
 //! (`tpusim-report`, `tpusim-trace`) and the file system; it never prints.
 
+mod diff;
+
+pub use diff::profile_diff_html;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
