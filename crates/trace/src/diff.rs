@@ -250,7 +250,8 @@ pub struct DiffRow {
     /// measured / predicted.
     pub ratio: Option<f64>,
     /// |measured − predicted| over all runs: what getting this op right
-    /// is worth (the whole measured time when there is no prediction).
+    /// is worth. Without a prediction, its measured self time (a loop's
+    /// body ops have rows of their own).
     pub at_stake_s: f64,
 }
 
@@ -288,7 +289,7 @@ pub fn diff_rows(
                 measured_total_s: o.total_s,
                 predicted_avg_s: p,
                 ratio: p.filter(|&p| p > 0.0).map(|p| o.avg_s / p),
-                at_stake_s: predicted_total.map_or(o.total_s, |t| (o.total_s - t).abs()),
+                at_stake_s: predicted_total.map_or(o.self_s, |t| (o.total_s - t).abs()),
             }
         })
         .collect();

@@ -59,7 +59,7 @@ pub fn profile_diff_html(diffs: &[ProfileDiff]) -> String {
     }
     h.push_str(
         "<p>Time at stake: |measured − predicted| over all runs of the op \
-         (all of its measured time when tpusim predicts nothing for it).</p></body></html>\n",
+         (its measured self time when tpusim predicts nothing for it).</p></body></html>\n",
     );
     h
 }
