@@ -162,7 +162,11 @@ def main():
             fail(f"memory_profile: allocator {alloc} peak {peak} != {want['peak_bytes']}")
     snap = next(iter(mp.values()))["memoryProfileSnapshots"][0]["activityMetadata"]
     print(f"memory_profile: {len(mp)} allocator(s), peak {want['peak_bytes']} B as predicted, "
-          f"e.g. {snap['tfOpName']} {snap['dataType']} {snap['tensorShape']}")
+          f"e.g. {snap['regionType']} {snap['dataType']} {snap['tensorShape']}")
+    host = ov[0]["p"].get("host_tf_op_percent")
+    if host != "0.0%":
+        fail(f"overview_page: op placement puts {host} of the ops on the host")
+    print(f"overview_page: op placement host {host}, device {ov[0]['p'].get('device_tf_op_percent')}")
 
     # graph_viewer: the program as HLO text, and the graph around an op.
     module = want["module"]

@@ -120,7 +120,29 @@ fn called(m: &Module, id: InstrId) -> Vec<i64> {
         let cond = ins.attr_comp("condition");
         return body.into_iter().chain(cond).map(comp_id).collect();
     }
+    if matches!(
+        ins.opcode,
+        Opcode::AsyncStart | Opcode::AsyncUpdate | Opcode::AsyncDone
+    ) {
+        // XLA: every op of an async chain calls just the wrapped computation
+        // (the wrapped op's own `to_apply` lives inside it).
+        return async_callee(m, id).map(comp_id).into_iter().collect();
+    }
     ins.called_computations().into_iter().map(comp_id).collect()
+}
+
+/// The computation an async chain wraps: its start's `calls`.
+fn async_callee(m: &Module, id: InstrId) -> Option<CompId> {
+    let mut cur = id;
+    // Each step moves to an operand, so the walk ends within the module.
+    for _ in 0..=m.instrs.len() {
+        let ins = m.instr(cur);
+        if let Some(c) = ins.attr_comp("calls") {
+            return Some(c);
+        }
+        cur = *ins.operands.first()?;
+    }
+    None
 }
 
 fn ints(ins: &tpusim_hlo::Instruction, name: &str) -> Vec<i64> {
@@ -348,6 +370,30 @@ fn stack_frame_index(s: &tpusim_hlo::ir::StackFrameIndex) -> xp::StackFrameIndex
     }
 }
 
+/// XLA wants instruction names unique in the module; the parameters of the
+/// computations tpusim makes for async sugar can repeat names (`param_0`).
+/// A repeat gets XLA's uniquifier suffix (`param_0.1`, ...).
+fn uniquify_names(comps: &mut [xp::HloComputationProto]) {
+    let mut taken: std::collections::HashSet<String> = comps
+        .iter()
+        .flat_map(|c| &c.instructions)
+        .map(|i| i.name.clone())
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    for i in comps.iter_mut().flat_map(|c| c.instructions.iter_mut()) {
+        if seen.insert(i.name.clone()) {
+            continue;
+        }
+        let mut k = 1;
+        while taken.contains(&format!("{}.{k}", i.name)) {
+            k += 1;
+        }
+        i.name = format!("{}.{k}", i.name);
+        taken.insert(i.name.clone());
+        seen.insert(i.name.clone());
+    }
+}
+
 /// Computations reachable from the entry, callees before callers (the order
 /// `HloModule::CreateFromProto` needs).
 fn post_order(m: &Module) -> Vec<CompId> {
@@ -439,6 +485,7 @@ pub fn module_proto(m: &Module, program_id: i64) -> xp::HloModuleProto {
                 .unwrap_or_else(|| "main".to_string()),
         });
     }
+    uniquify_names(&mut computations);
     let aliases = m
         .config
         .input_output_alias

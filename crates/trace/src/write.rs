@@ -324,7 +324,9 @@ fn op_stats(p: &mut PlaneBuilder, run: &SimulatedRun, m: &Module, id: InstrId) -
 
 /// The simulated allocator as `MemoryAllocation` / `MemoryDeallocation`
 /// events on the host plane (what xprof's memory_profile reads), one line
-/// per device, for the first step.
+/// per device, for the first step. They carry no `tf_op` stat: xprof would
+/// count each as a host-side TF op and put most "ops" on the host in the
+/// overview's op placement, while every op of the run is on the device.
 fn host_plane(run: &SimulatedRun) -> XPlane {
     let mut p = PlaneBuilder::new("/host:CPU");
     p.event_metadata(1, "MemoryAllocation", Vec::new());
@@ -372,7 +374,6 @@ fn host_plane(run: &SimulatedRun) -> XPlane {
                 p.stat("requested_bytes", x_stat::Value::Int64Value(bytes as i64)),
                 p.stat("allocation_bytes", x_stat::Value::Int64Value(bytes as i64)),
                 p.stat("addr", x_stat::Value::Uint64Value(k as u64 + 1)),
-                p.stat("tf_op", x_stat::Value::StrValue(a.buffer.name.clone())),
                 p.stat("group_id", x_stat::Value::Int64Value(0)),
                 p.stat(
                     "region_type",
