@@ -252,6 +252,10 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
             match e.lane {
                 Lane::TensorCore if e.dur_s > 0.0 => ops.push(ev),
                 Lane::TensorCore => {}
+                // A synchronous collective holds the TensorCore until it
+                // ends: a TPU profile shows it as an XLA op (category
+                // all-reduce, ...), not as idle time.
+                Lane::Ici if e.dur_s > 0.0 && is_sync_collective(m, e.instr) => ops.push(ev),
                 Lane::Ici | Lane::Dma => async_ops.push(ev),
             }
         }
@@ -279,6 +283,13 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
     }
     p.plane.lines = lines;
     p.plane
+}
+
+/// A collective that is not one half of an async pair.
+pub fn is_sync_collective(m: &Module, id: InstrId) -> bool {
+    let name = m.instr(id).opcode.name();
+    category(m, id) == Category::Collective
+        && !(name.ends_with("-start") || name.ends_with("-done") || name.ends_with("-update"))
 }
 
 /// Per-op stats (on the op's event metadata: they hold for every run).

@@ -49,11 +49,14 @@ fn check_with_xprof(tag: &str, m: &tpusim_hlo::Module, comm: &dyn CommModel, dev
     let sm = s.module(m);
     let mut expected = serde_json::Map::new();
     let n = f64::from(steps * devices);
-    for e in s
-        .events
-        .iter()
-        .filter(|e| e.lane == Lane::TensorCore && e.dur_s > 0.0)
-    {
+    // Ops on the TensorCore line: its own ops and synchronous collectives.
+    let on_ops_line = |e: &&tpusim_perf::Event| {
+        e.dur_s > 0.0
+            && (e.lane == Lane::TensorCore
+                || (e.lane == Lane::Ici && tpusim_trace::is_sync_collective(sm, e.instr)))
+    };
+    let busy_s: f64 = s.events.iter().filter(on_ops_line).map(|e| e.dur_s).sum();
+    for e in s.events.iter().filter(on_ops_line) {
         let name = sm.instr(e.instr).name.clone();
         let entry = expected.entry(name).or_insert_with(|| {
             serde_json::json!({"flops": op_time(sm, &chip, e.instr).flops, "time_s": 0.0, "occurrences": 0})
@@ -68,7 +71,7 @@ fn check_with_xprof(tag: &str, m: &tpusim_hlo::Module, comm: &dyn CommModel, dev
         "hbm_percent": hbm_percent,
         "module": format!("{}({})", sm.name, tpusim_trace::PROGRAM_ID),
         "step_s": s.step_s,
-        "busy_s": s.busy_s(Lane::TensorCore),
+        "busy_s": busy_s,
         "peak_bytes": mem.peak_bytes,
         "steps": steps,
         "devices": devices,
@@ -139,4 +142,26 @@ ENTRY e {
 "#;
     let m = tpusim_hlo::parse_module(text).unwrap();
     check_with_xprof("async", &m, &FixedComm, 2);
+}
+
+/// A synchronous all-reduce holds the TensorCore: xprof lists it as an op
+/// (category all-reduce) and counts its time as busy, not idle.
+#[test]
+fn a_synchronous_collective_is_an_op_not_idle_time() {
+    let text = r#"HloModule sync
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  x = f32[1024,1024] parameter(0)
+  d = f32[1024,1024] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT ar = f32[1024,1024] all-reduce(d), replica_groups={}, to_apply=add
+}
+"#;
+    let m = tpusim_hlo::parse_module(text).unwrap();
+    check_with_xprof("sync", &m, &FixedComm, 2);
 }
