@@ -27,8 +27,8 @@ pub use read::{
 pub mod xplane;
 
 pub use write::{
-    build_xspace, hlo_category, is_sync_collective, run_folder_name, utilization, write_xspace,
-    SimulatedDevice, SimulatedRun, PROGRAM_ID,
+    build_xspace, done_waits, hlo_category, is_sync_collective, run_folder_name, utilization,
+    write_xspace, SimulatedDevice, SimulatedRun, PROGRAM_ID,
 };
 
 use std::path::PathBuf;

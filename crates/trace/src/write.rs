@@ -219,6 +219,7 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
     let counter_id = op_base + m.instrs.len() as i64;
     p.event_metadata(counter_id, "HBM bytes in use", Vec::new());
 
+    let waits = done_waits(m, s);
     let mut defined: HashMap<InstrId, i64> = HashMap::new();
     let mut ops = Vec::new();
     let mut async_ops = Vec::new();
@@ -236,7 +237,7 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
             p.stat("group_id", x_stat::Value::Int64Value(i64::from(k))),
         ];
         module_events.push(event(1, t0, s.step_s, mod_stats));
-        for e in &s.events {
+        for (i, e) in s.events.iter().enumerate() {
             let md = match defined.get(&e.instr) {
                 Some(&id) => id,
                 None => {
@@ -248,6 +249,10 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
                 }
             };
             let group = vec![p.stat("group_id", x_stat::Value::Int64Value(i64::from(k)))];
+            if let Some(&(start, dur)) = waits.get(&i) {
+                ops.push(event(md, t0 + start, dur, group));
+                continue;
+            }
             let ev = event(md, t0 + e.start_s, e.dur_s, group);
             match e.lane {
                 Lane::TensorCore if e.dur_s > 0.0 => ops.push(ev),
@@ -283,6 +288,37 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
     }
     p.plane.lines = lines;
     p.plane
+}
+
+/// The TensorCore's waits at `-done` ops: for each `-done` marker reached
+/// while its transfer is still running (an idle gap before it on the
+/// TensorCore), event index → (start, duration) of the wait. A TPU profile
+/// shows that wait as the `-done` op's own time (exposed communication).
+pub fn done_waits(m: &Module, s: &Schedule) -> HashMap<usize, (f64, f64)> {
+    let mut order: Vec<usize> = (0..s.events.len())
+        .filter(|&i| s.events[i].lane == Lane::TensorCore)
+        .collect();
+    order.sort_by(|&a, &b| {
+        s.events[a]
+            .start_s
+            .total_cmp(&s.events[b].start_s)
+            .then(a.cmp(&b))
+    });
+    let mut busy_until = 0.0f64;
+    let mut waits = HashMap::new();
+    for i in order {
+        let e = &s.events[i];
+        if e.dur_s > 0.0 {
+            busy_until = busy_until.max(e.start_s + e.dur_s);
+        } else if m.instr(e.instr).opcode.name().ends_with("-done") && e.start_s > busy_until {
+            // Whole picoseconds only: a rounding-sized gap is no wait.
+            if ps(e.start_s) > ps(busy_until) {
+                waits.insert(i, (busy_until, e.start_s - busy_until));
+            }
+            busy_until = e.start_s;
+        }
+    }
+    waits
 }
 
 /// A collective that is not one half of an async pair.

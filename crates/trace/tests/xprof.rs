@@ -55,13 +55,24 @@ fn check_with_xprof(tag: &str, m: &tpusim_hlo::Module, comm: &dyn CommModel, dev
             && (e.lane == Lane::TensorCore
                 || (e.lane == Lane::Ici && tpusim_trace::is_sync_collective(sm, e.instr)))
     };
-    let busy_s: f64 = s.events.iter().filter(on_ops_line).map(|e| e.dur_s).sum();
-    for e in s.events.iter().filter(on_ops_line) {
-        let name = sm.instr(e.instr).name.clone();
+    // ... and the `-done` ops the TensorCore waits at, for the wait.
+    let waits = tpusim_trace::done_waits(sm, &s);
+    let timed: Vec<(tpusim_hlo::InstrId, f64)> = s
+        .events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match waits.get(&i) {
+            Some(&(_, wait)) => Some((e.instr, wait)),
+            None => on_ops_line(&e).then_some((e.instr, e.dur_s)),
+        })
+        .collect();
+    let busy_s: f64 = timed.iter().map(|t| t.1).sum();
+    for &(instr, dur_s) in &timed {
+        let name = sm.instr(instr).name.clone();
         let entry = expected.entry(name).or_insert_with(|| {
-            serde_json::json!({"flops": op_time(sm, &chip, e.instr).flops, "time_s": 0.0, "occurrences": 0})
+            serde_json::json!({"flops": op_time(sm, &chip, instr).flops, "time_s": 0.0, "occurrences": 0})
         });
-        let t = entry["time_s"].as_f64().unwrap() + e.dur_s * n;
+        let t = entry["time_s"].as_f64().unwrap() + dur_s * n;
         entry["time_s"] = t.into();
         entry["occurrences"] = (entry["occurrences"].as_u64().unwrap() + n as u64).into();
     }
@@ -142,6 +153,56 @@ ENTRY e {
 "#;
     let m = tpusim_hlo::parse_module(text).unwrap();
     check_with_xprof("async", &m, &FixedComm, 2);
+}
+
+/// Every all-reduce takes 200 µs on the interconnect: longer than the
+/// matmul it overlaps.
+struct SlowComm;
+
+impl CommModel for SlowComm {
+    fn cost(&self, m: &tpusim_hlo::Module, id: tpusim_hlo::InstrId) -> Option<CommCost> {
+        FixedComm.cost(m, id).map(|c| CommCost {
+            time_s: 200e-6,
+            ..c
+        })
+    }
+}
+
+/// An async all-reduce that outlasts the compute before its `-done`: the
+/// TensorCore waits at the `-done`, and xprof shows that wait as the
+/// `-done` op's time (as on a TPU), so the ops fill the step with no idle.
+#[test]
+fn the_wait_at_an_async_done_is_the_done_ops_time() {
+    let text = r#"HloModule exposed
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  g = f32[1024,1024] parameter(0)
+  x = f32[1024,1024] parameter(1)
+  ars = f32[1024,1024] all-reduce-start(g), replica_groups={}, to_apply=add
+  d = f32[1024,1024] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ard = f32[1024,1024] all-reduce-done(ars)
+  ROOT r = (f32[1024,1024], f32[1024,1024]) tuple(ard, d)
+}
+"#;
+    let m = tpusim_hlo::parse_module(text).unwrap();
+    let chip = by_id("v5e").unwrap();
+    let (s, _) = tpusim_perf::schedule_with_memory(&m, &chip, &SlowComm);
+    let waits = tpusim_trace::done_waits(s.module(&m), &s);
+    assert_eq!(waits.len(), 1, "one exposed wait");
+    let (_, wait) = *waits.values().next().unwrap();
+    let dot = s.busy_s(Lane::TensorCore);
+    assert!(
+        (dot + wait - s.step_s).abs() < 1e-12,
+        "{dot} + {wait} != {}",
+        s.step_s
+    );
+    check_with_xprof("exposed", &m, &SlowComm, 1);
 }
 
 /// A synchronous all-reduce holds the TensorCore: xprof lists it as an op
