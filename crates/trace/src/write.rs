@@ -249,8 +249,12 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
                 }
             };
             let group = vec![p.stat("group_id", x_stat::Value::Int64Value(i64::from(k)))];
-            if let Some(&(start, dur)) = waits.get(&i) {
-                ops.push(event(md, t0 + start, dur, group));
+            if let Some(&(start, _)) = waits.get(&i) {
+                // From the end of the op before to the `-done` marker, in
+                // the same absolute times those two events use.
+                let mut ev = event(md, t0 + start, 0.0, group);
+                ev.duration_ps = (ps(t0 + e.start_s) - ps(t0 + start)).max(0);
+                ops.push(ev);
                 continue;
             }
             let ev = event(md, t0 + e.start_s, e.dur_s, group);
@@ -275,6 +279,7 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
             }
         }
     }
+    trim_rounding_overlaps(&mut ops);
     let mut lines = vec![
         line(STEPS_LINE, "Steps", step_events),
         line(MODULES_LINE, "XLA Modules", module_events),
@@ -290,13 +295,37 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
     p.plane
 }
 
+/// Sorts a line's events by start and trims the overlaps that rounding
+/// to picoseconds leaves between back-to-back ops (at most 1 ns): xprof
+/// would nest an op under the one it overlaps and lose its time.
+fn trim_rounding_overlaps(events: &mut [XEvent]) {
+    let start = |e: &XEvent| match e.data {
+        Some(x_event::Data::OffsetPs(o)) => o,
+        _ => 0,
+    };
+    events.sort_by_key(start);
+    for k in 1..events.len() {
+        let next = start(&events[k]);
+        let prev = &mut events[k - 1];
+        let end = start(prev) + prev.duration_ps;
+        if end > next && end - next <= 1000 {
+            prev.duration_ps -= end - next;
+        }
+    }
+}
+
 /// The TensorCore's waits at `-done` ops: for each `-done` marker reached
 /// while its transfer is still running (an idle gap before it on the
 /// TensorCore), event index → (start, duration) of the wait. A TPU profile
 /// shows that wait as the `-done` op's own time (exposed communication).
 pub fn done_waits(m: &Module, s: &Schedule) -> HashMap<usize, (f64, f64)> {
+    // What holds the TensorCore: its own events and synchronous collectives.
     let mut order: Vec<usize> = (0..s.events.len())
-        .filter(|&i| s.events[i].lane == Lane::TensorCore)
+        .filter(|&i| {
+            let e = &s.events[i];
+            e.lane == Lane::TensorCore
+                || (e.lane == Lane::Ici && e.dur_s > 0.0 && is_sync_collective(m, e.instr))
+        })
         .collect();
     order.sort_by(|&a, &b| {
         s.events[a]
@@ -589,4 +618,33 @@ pub fn write_xspace(
         source,
     })?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(offset: i64, dur: i64) -> XEvent {
+        XEvent {
+            metadata_id: 1,
+            data: Some(x_event::Data::OffsetPs(offset)),
+            duration_ps: dur,
+            stats: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn rounding_overlaps_are_trimmed_and_real_ones_kept() {
+        // Out of order; 1 ps of rounding overlap; a real 5 ns overlap.
+        let mut events = vec![ev(100, 50), ev(0, 101), ev(150, 10_000), ev(5_150, 10)];
+        trim_rounding_overlaps(&mut events);
+        let got: Vec<(i64, i64)> = events
+            .iter()
+            .map(|e| match e.data {
+                Some(x_event::Data::OffsetPs(o)) => (o, e.duration_ps),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(got, vec![(0, 100), (100, 50), (150, 10_000), (5_150, 10)]);
+    }
 }
