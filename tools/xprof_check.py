@@ -7,7 +7,8 @@ EXPECTED.json (written by crates/trace/tests/xprof.rs):
 
 Runs xprof's own conversions (the ones TensorBoard's profile plugin runs) on
 a copy of the file and checks:
-  - hlo_stats lists every op with our occurrences, total time and FLOPs, and
+  - hlo_stats lists every op with our occurrences, total time, FLOPs and
+    category (collectives, their async halves included, by kind), and
     the times sum to steps x devices x the predicted TensorCore busy time
     (the predicted step when nothing overlaps);
   - op_profile has the same ops (time and FLOPs) under the program, whose
@@ -84,6 +85,8 @@ def main():
             fail(f"hlo_stats: {name} occurrences {row['occurrences']} != {w['occurrences']}")
         if not close(row["total_time"] * 1e-6, w["time_s"]):
             fail(f"hlo_stats: {name} total time {row['total_time']} us != {w['time_s'] * 1e6}")
+        if "category" in w and row["category"] != w["category"]:
+            fail(f"hlo_stats: {name} category {row['category']} != {w['category']}")
         flops = row["model_flop_rate"] * 1e9 * row["total_time"] * 1e-6
         if not close(flops, w["flops"] * w["occurrences"], abs_=1.0):
             fail(f"hlo_stats: {name} flops {flops} != {w['flops'] * w['occurrences']}")

@@ -131,6 +131,11 @@ fn called(m: &Module, id: InstrId) -> Vec<i64> {
     ins.called_computations().into_iter().map(comp_id).collect()
 }
 
+/// The opcode an async chain carries out: the root of the computation it wraps.
+pub(crate) fn async_wrapped_opcode(m: &Module, id: InstrId) -> Option<Opcode> {
+    async_callee(m, id).map(|c| m.instr(m.comp(c).root).opcode)
+}
+
 /// The computation an async chain wraps: its start's `calls`.
 fn async_callee(m: &Module, id: InstrId) -> Option<CompId> {
     let mut cur = id;

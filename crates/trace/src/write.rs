@@ -136,13 +136,7 @@ pub fn hlo_category(m: &Module, id: InstrId) -> &'static str {
     match (category(m, id), fusion) {
         (Category::Matmul | Category::Convolution, true) => "convolution fusion",
         (Category::Matmul | Category::Convolution, false) => "convolution",
-        (Category::Collective, _) => match ins.opcode {
-            Opcode::AllReduce | Opcode::AllReduceStart => "all-reduce",
-            Opcode::AllGather | Opcode::AllGatherStart => "all-gather",
-            Opcode::ReduceScatter => "reduce-scatter",
-            Opcode::AllToAll => "all-to-all",
-            _ => "collective",
-        },
+        (Category::Collective, _) => collective_category(m, id),
         (Category::DataMovement, true) => "data formatting",
         (Category::DataMovement, false) => "data formatting",
         (Category::Reduction, true) => "loop fusion",
@@ -150,6 +144,34 @@ pub fn hlo_category(m: &Module, id: InstrId) -> &'static str {
         (Category::Elementwise, true) => "loop fusion",
         (Category::Elementwise, false) => "non-fusion elementwise",
         (Category::Other, _) => "other",
+    }
+}
+
+/// A collective's category by the collective it is or (for async halves and
+/// `async-start`/`-done` wrappers) carries out: `all-gather-done` and an
+/// `async-done` of a reduce-scatter count as `all-gather`, `reduce-scatter`.
+fn collective_category(m: &Module, id: InstrId) -> &'static str {
+    let ins = m.instr(id);
+    let wrapped = match ins.opcode {
+        Opcode::AsyncStart | Opcode::AsyncUpdate | Opcode::AsyncDone => ins
+            .async_sugar
+            .or_else(|| crate::hlo_proto::async_wrapped_opcode(m, id)),
+        other => Some(other),
+    };
+    let name = wrapped.map_or("", Opcode::name);
+    let base = name
+        .strip_suffix("-start")
+        .or_else(|| name.strip_suffix("-done"))
+        .or_else(|| name.strip_suffix("-update"))
+        .unwrap_or(name);
+    match base {
+        "all-reduce" => "all-reduce",
+        "all-gather" => "all-gather",
+        "reduce-scatter" => "reduce-scatter",
+        "all-to-all" | "ragged-all-to-all" => "all-to-all",
+        "collective-permute" => "collective-permute",
+        "collective-broadcast" => "collective-broadcast",
+        _ => "collective",
     }
 }
 
