@@ -4,12 +4,11 @@
 use crate::input;
 use crate::out;
 use crate::render::{seconds, table};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::collections::HashMap;
 use std::path::Path;
 use tpusim_trace::{
-    captured_programs, create_file, diff_rows, find_xplanes, match_module, read_xspace, summarize,
-    timed_ops, Existing, ModuleMatch, OpSummary, ProfileDiff, ProfileSummary, Verdict,
+    create_file, read_profile_spaces, Comparison, Existing, OpSummary, ProfileSummary, Verdict,
 };
 
 #[derive(clap::Args)]
@@ -44,94 +43,64 @@ struct OpRow<'a> {
 }
 
 pub fn run(args: &Args) -> Result<bool> {
-    let files = find_xplanes(Path::new(&args.path))?;
-    let spaces = files
-        .iter()
-        .map(|f| read_xspace(f))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut summary = summarize(&spaces);
-    summary.files = files;
-    let (predicted, matches) = match (&args.hlo, &args.chip) {
-        (Some(hlo), Some(chip)) => compare(args, hlo, chip, &summary, &spaces)?,
-        _ => (HashMap::new(), Vec::new()),
+    let (summary, spaces) = read_profile_spaces(Path::new(&args.path))?;
+    let comparison = match (&args.hlo, &args.chip) {
+        (Some(hlo), Some(chip)) => Some(compare(args, hlo, chip, &summary, &spaces)?),
+        _ => None,
     };
+    let predicted = comparison.as_ref().map(|c| &c.predicted);
     let rows: Vec<OpRow> = summary
         .ops
         .iter()
-        .map(|o| OpRow {
-            measured: o,
-            predicted_avg_s: predicted.get(&(o.module.clone(), o.name.clone())).copied(),
+        .map(|o| {
+            let module = o.module.as_deref().map(base_name).unwrap_or("");
+            let key = (module.to_string(), o.name.clone());
+            OpRow {
+                measured: o,
+                predicted_avg_s: predicted.and_then(|p| p.get(&key)).copied(),
+            }
         })
         .collect();
     if args.json {
-        let mut report = tpusim_trace::profile_json(&summary, &HashMap::new())?;
-        if let Some(ops) = report.get_mut("ops").and_then(|v| v.as_array_mut()) {
-            for (op, row) in ops.iter_mut().zip(&rows) {
-                if let (Some(obj), Some(p)) = (op.as_object_mut(), row.predicted_avg_s) {
-                    obj.insert("predicted_avg_s".into(), p.into());
-                }
-            }
-        }
-        if !matches.is_empty() {
-            report["matches"] = serde_json::to_value(&matches)?;
-        }
+        let report = match &comparison {
+            Some(c) => tpusim_trace::comparison_json(&summary, c)?,
+            None => tpusim_trace::profile_json(&summary, &HashMap::new())?,
+        };
         out::line(serde_json::to_string_pretty(&report)?);
         return Ok(true);
     }
-    print_text(&summary, &rows, !predicted.is_empty());
+    print_text(&summary, &rows, comparison.is_some());
     Ok(true)
 }
 
-/// Predicted time per run of the ops of the capture's program that each
-/// module of `hlo` is, keyed by (the capture's module name, op name), after
-/// checking by structure that the module is that program; writes the diff
-/// page when asked.
+/// Matches each module of `hlo` to the capture's program by structure (a
+/// different program is refused) and predicts its ops; writes the diff page
+/// when asked.
 fn compare(
     args: &Args,
     hlo: &str,
     chip_id: &str,
     summary: &ProfileSummary,
     spaces: &[tpusim_trace::xplane::XSpace],
-) -> Result<Predictions> {
+) -> Result<Comparison> {
     let chip = tpusim_arch::by_id(chip_id)?;
-    let programs = captured_programs(spaces);
-    let mut out = HashMap::new();
-    let mut diffs = Vec::new();
-    for (m, _) in input::load(hlo)? {
-        let matching = match_module(&m, &programs, &|module| timed_ops(summary, module));
-        check_match(hlo, &m, &matching)?;
-        let module = match matching.verdict {
-            Verdict::NoProgram => m.name.clone(),
-            _ => base_name(&matching.program).to_string(),
-        };
-        let analysis = tpusim_perf::analyze(&m, &chip);
-        let times = tpusim_trace::predicted_avg_times(std::slice::from_ref(&analysis));
-        let rows = diff_rows(summary, &module, &times);
-        if rows.is_empty() {
-            bail!(
-                "the capture timed no op of program {module}: {hlo} is not a program this capture ran"
+    let modules: Vec<_> = input::load(hlo)?.into_iter().map(|(m, _)| m).collect();
+    let analyses: Vec<_> = modules
+        .iter()
+        .map(|m| tpusim_perf::analyze(m, &chip))
+        .collect();
+    let pairs: Vec<_> = modules.iter().zip(&analyses).collect();
+    let c = tpusim_trace::compare(&args.path, summary, spaces, &pairs, &chip.name, hlo)?;
+    for d in &c.diffs {
+        if d.matching.verdict == Verdict::NoProgram {
+            eprintln!(
+                "note: the capture carries no HloProto, so {} is matched to its ops by name only",
+                d.module
             );
         }
-        for r in &rows {
-            if let Some(t) = r.predicted_avg_s {
-                out.insert((Some(module.clone()), r.name.clone()), t);
-            }
-        }
-        diffs.push(ProfileDiff {
-            capture: args.path.clone(),
-            module,
-            chip: chip.name.clone(),
-            measured_total_s: rows.iter().map(|r| r.measured_total_s).sum(),
-            predicted_total_s: rows
-                .iter()
-                .filter_map(|r| r.predicted_avg_s.map(|p| p * r.occurrences as f64))
-                .sum(),
-            matching,
-            rows,
-        });
     }
     if let Some(path) = &args.html {
-        let html = tpusim_views::profile_diff_html(&diffs);
+        let html = tpusim_views::profile_diff_html(&c.diffs);
         let existing = if args.force {
             Existing::Replace
         } else {
@@ -142,70 +111,13 @@ fn compare(
             .with_context(|| format!("cannot write {path}"))?;
         eprintln!("wrote {path}");
     }
-    let matches = diffs.into_iter().map(|d| d.matching).collect();
-    Ok((out, matches))
+    Ok(c)
 }
-
-/// Predicted time per run by (module, op), and how each module matched.
-type Predictions = (HashMap<(Option<String>, String), f64>, Vec<ModuleMatch>);
 
 fn base_name(program: &str) -> &str {
     match program.rfind('(') {
         Some(k) if program.ends_with(')') => &program[..k],
         _ => program,
-    }
-}
-
-/// Refuses a module that is not the program the capture ran, saying why.
-fn check_match(hlo: &str, m: &tpusim_hlo::Module, r: &ModuleMatch) -> Result<()> {
-    let differences = || {
-        r.mismatches
-            .iter()
-            .take(5)
-            .map(|x| {
-                let given = match x.given.as_str() {
-                    "-" => format!("absent from {hlo}"),
-                    g => format!("{g} in {hlo}"),
-                };
-                let captured = x.captured.as_deref().unwrap_or("absent");
-                format!("\n  {}: {given}, {captured} in the capture", x.name)
-            })
-            .collect::<String>()
-    };
-    match r.verdict {
-        Verdict::Same | Verdict::TimedOpsMatch => Ok(()),
-        Verdict::NoProgram => {
-            eprintln!(
-                "note: the capture carries no HloProto, so {} is matched to its ops by name only",
-                m.name
-            );
-            Ok(())
-        }
-        Verdict::PreOptimization => bail!(
-            "{hlo} ({}) is the program before XLA's optimizations: it has no fusions and is not \
-             scheduled, while the capture ran the optimized program {} ({} instructions, {} of them \
-             the same). The optimized program names its ops differently (fusions, copies), so \
-             no op the capture timed is in {hlo} and every prediction would be \"-\". Pass the \
-             compiled module instead: jax.jit(f).lower(...).compile().as_text(), or \
-             XLA_FLAGS=--xla_dump_to=DIR (the *after_optimizations.txt file).{}",
-            m.name,
-            r.program,
-            r.captured_total,
-            r.matched,
-            differences()
-        ),
-        Verdict::Different => bail!(
-            "{hlo} ({}, fingerprint {}) is not the program the capture ran: it was compared \
-             with {} (fingerprint {}), and {} of that program's {} instructions have the same \
-             opcode and shape. Differences:{}",
-            m.name,
-            r.given_fingerprint,
-            r.program,
-            r.captured_fingerprint,
-            r.matched,
-            r.captured_total,
-            differences()
-        ),
     }
 }
 

@@ -310,3 +310,139 @@ pub fn timed_ops(summary: &ProfileSummary, module: &str) -> Vec<String> {
         .map(|o| o.name.clone())
         .collect()
 }
+
+/// A capture next to tpusim's predictions for the modules a user says it ran.
+#[derive(Clone, Debug)]
+pub struct Comparison {
+    /// Predicted time per run, by (the capture's module name, op name).
+    pub predicted: HashMap<(String, String), f64>,
+    /// One per module, in the order given.
+    pub diffs: Vec<ProfileDiff>,
+}
+
+/// Why a module cannot be compared with a capture.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// The module is not a program the capture ran, or not in the form it
+    /// ran (the message says which and shows the differences).
+    #[error("{0}")]
+    NotTheProgram(String),
+}
+
+fn differences(file: &str, r: &ModuleMatch) -> String {
+    r.mismatches
+        .iter()
+        .take(5)
+        .map(|x| {
+            let given = match x.given.as_str() {
+                "-" => format!("absent from {file}"),
+                g => format!("{g} in {file}"),
+            };
+            let captured = x.captured.as_deref().unwrap_or("absent");
+            format!("\n  {}: {given}, {captured} in the capture", x.name)
+        })
+        .collect()
+}
+
+/// Refuses a module that is not the program the capture ran, saying why.
+fn check_match(file: &str, m: &Module, r: &ModuleMatch) -> Result<(), CompareError> {
+    match r.verdict {
+        Verdict::Same | Verdict::TimedOpsMatch | Verdict::NoProgram => Ok(()),
+        Verdict::PreOptimization => Err(CompareError::NotTheProgram(format!(
+            "{file} ({}) is the program before XLA's optimizations: it has no fusions and is not \
+             scheduled, while the capture ran the optimized program {} ({} instructions, {} of them \
+             the same). The optimized program names its ops differently (fusions, copies), so \
+             no op the capture timed is in {file} and every prediction would be \"-\". Pass the \
+             compiled module instead: jax.jit(f).lower(...).compile().as_text(), or \
+             XLA_FLAGS=--xla_dump_to=DIR (the *after_optimizations.txt file).{}",
+            m.name,
+            r.program,
+            r.captured_total,
+            r.matched,
+            differences(file, r)
+        ))),
+        Verdict::Different => Err(CompareError::NotTheProgram(format!(
+            "{file} ({}, fingerprint {}) is not the program the capture ran: it was compared \
+             with {} (fingerprint {}), and {} of that program's {} instructions have the same \
+             opcode and shape. Differences:{}",
+            m.name,
+            r.given_fingerprint,
+            r.program,
+            r.captured_fingerprint,
+            r.matched,
+            r.captured_total,
+            differences(file, r)
+        ))),
+    }
+}
+
+/// Matches each module (with the analysis tpusim made of it) to the
+/// capture's program by structure and sets its predictions next to what the
+/// capture measured. `file` names the modules' source in messages.
+pub fn compare(
+    capture: &str,
+    summary: &ProfileSummary,
+    spaces: &[XSpace],
+    modules: &[(&Module, &tpusim_perf::Analysis)],
+    chip_name: &str,
+    file: &str,
+) -> Result<Comparison, CompareError> {
+    let programs = captured_programs(spaces);
+    let mut predicted = HashMap::new();
+    let mut diffs = Vec::new();
+    for &(m, analysis) in modules {
+        let matching = match_module(m, &programs, &|module| timed_ops(summary, module));
+        check_match(file, m, &matching)?;
+        let module = match matching.verdict {
+            Verdict::NoProgram => m.name.clone(),
+            _ => base_name(&matching.program).to_string(),
+        };
+        let times = crate::predicted_avg_times(std::slice::from_ref(analysis));
+        let rows = diff_rows(summary, &module, &times);
+        if rows.is_empty() {
+            return Err(CompareError::NotTheProgram(format!(
+                "the capture timed no op of program {module}: {file} is not a program this capture ran"
+            )));
+        }
+        for r in &rows {
+            if let Some(t) = r.predicted_avg_s {
+                predicted.insert((module.clone(), r.name.clone()), t);
+            }
+        }
+        diffs.push(ProfileDiff {
+            capture: capture.to_string(),
+            module,
+            chip: chip_name.to_string(),
+            measured_total_s: rows.iter().map(|r| r.measured_total_s).sum(),
+            predicted_total_s: rows
+                .iter()
+                .filter_map(|r| r.predicted_avg_s.map(|p| p * r.occurrences as f64))
+                .sum(),
+            matching,
+            rows,
+        });
+    }
+    Ok(Comparison { predicted, diffs })
+}
+
+/// `summary` as JSON (`tpusim profile --json`) with each op of a compared
+/// program carrying `predicted_avg_s`, and how each module matched
+/// (`matches`).
+pub fn comparison_json(
+    summary: &ProfileSummary,
+    comparison: &Comparison,
+) -> Result<serde_json::Value, serde_json::Error> {
+    let mut report = crate::profile_json(summary, &HashMap::new())?;
+    if let Some(ops) = report.get_mut("ops").and_then(|v| v.as_array_mut()) {
+        for (op, measured) in ops.iter_mut().zip(&summary.ops) {
+            let module = measured.module.as_deref().map(base_name).unwrap_or("");
+            let key = (module.to_string(), measured.name.clone());
+            if let (Some(obj), Some(p)) = (op.as_object_mut(), comparison.predicted.get(&key)) {
+                obj.insert("predicted_avg_s".into(), (*p).into());
+            }
+        }
+    }
+    let matches: Vec<&ModuleMatch> = comparison.diffs.iter().map(|d| &d.matching).collect();
+    report["matches"] = serde_json::to_value(matches)?;
+    Ok(report)
+}

@@ -15,14 +15,15 @@ mod write;
 
 pub use compare::{predicted_avg_times, profile_json};
 pub use diff::{
-    captured_programs, diff_rows, match_module, timed_ops, CapturedProgram, DiffRow, Mismatch,
-    ModuleMatch, ProfileDiff, Verdict, MAX_MISMATCHES,
+    captured_programs, compare, comparison_json, diff_rows, match_module, timed_ops,
+    CapturedProgram, CompareError, Comparison, DiffRow, Mismatch, ModuleMatch, ProfileDiff,
+    Verdict, MAX_MISMATCHES,
 };
 pub use output::{create_dirs_within, create_file, Existing};
 
 pub use read::{
-    find_xplanes, read_profile, read_xspace, summarize, Gap, IdleSummary, OpSummary,
-    ProfileSummary, StepSummary, MAX_GAPS,
+    find_xplanes, read_profile, read_profile_spaces, read_xspace, summarize, Gap, IdleSummary,
+    OpSummary, ProfileSummary, StepSummary, MAX_GAPS,
 };
 pub mod xplane;
 
@@ -52,4 +53,6 @@ pub enum TraceError {
     Exists(PathBuf),
     #[error("{0} is not a folder (a link or a file): tpusim writes only inside the output folder")]
     NotAFolder(PathBuf),
+    #[error(transparent)]
+    Compare(#[from] CompareError),
 }
