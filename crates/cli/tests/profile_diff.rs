@@ -90,3 +90,36 @@ fn the_compiled_module_gets_predictions_and_a_diff_page() {
     assert_eq!(again.status.code(), Some(1));
     assert!(text(&again.stderr).contains("already exists"));
 }
+
+/// The shared sample capture (XLA:CPU) and its `jit_loss` program as XLA
+/// prints it (`jit_loss.hlo`: xprof's graph viewer text of the capture's own
+/// HloProto): matched instruction for instruction, and only jit_loss's
+/// `ynn_fusion` is predicted, not jit_step's op of the same name.
+#[test]
+fn the_shared_capture_matches_its_program_op_for_op() {
+    let capture = testdata("profiles/jax_cpu");
+    let hlo = testdata("profiles/jax_cpu/jit_loss.hlo");
+    let out = tpusim(&[
+        "profile", &capture, "--hlo", &hlo, "--chip", "v5e", "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = &v["matches"][0];
+    assert_eq!(m["verdict"], "same");
+    assert_eq!(m["matched"], m["captured_total"]);
+    assert_eq!(m["given_fingerprint"], m["captured_fingerprint"]);
+    let fusions: Vec<_> = v["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["name"] == "ynn_fusion")
+        .map(|o| {
+            (
+                o["module"].as_str().unwrap(),
+                o.get("predicted_avg_s").is_some(),
+            )
+        })
+        .collect();
+    assert!(fusions.contains(&("jit_loss", true)), "{fusions:?}");
+    assert!(fusions.contains(&("jit_step", false)), "{fusions:?}");
+}

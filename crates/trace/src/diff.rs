@@ -259,6 +259,9 @@ pub struct DiffRow {
 #[derive(Clone, Debug, Serialize)]
 pub struct ProfileDiff {
     pub capture: String,
+    /// What the capture ran on: `TPU`, `GPU`, or `CPU` when it has no
+    /// device planes (a CPU run; its ratios then compare a CPU with the chip).
+    pub capture_device: String,
     pub module: String,
     pub chip: String,
     pub matching: ModuleMatch,
@@ -376,6 +379,23 @@ fn check_match(file: &str, m: &Module, r: &ModuleMatch) -> Result<(), CompareErr
     }
 }
 
+/// `TPU` or `GPU` when the capture has such device planes, else `CPU`.
+pub fn capture_device(spaces: &[XSpace]) -> String {
+    let names = || {
+        spaces
+            .iter()
+            .flat_map(|s| &s.planes)
+            .map(|p| p.name.as_str())
+    };
+    if names().any(|n| n.starts_with("/device:TPU")) {
+        "TPU".into()
+    } else if names().any(|n| n.starts_with("/device:GPU")) {
+        "GPU".into()
+    } else {
+        "CPU".into()
+    }
+}
+
 /// Matches each module (with the analysis tpusim made of it) to the
 /// capture's program by structure and sets its predictions next to what the
 /// capture measured. `file` names the modules' source in messages.
@@ -411,6 +431,7 @@ pub fn compare(
         }
         diffs.push(ProfileDiff {
             capture: capture.to_string(),
+            capture_device: capture_device(spaces),
             module,
             chip: chip_name.to_string(),
             measured_total_s: rows.iter().map(|r| r.measured_total_s).sum(),

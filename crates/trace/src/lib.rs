@@ -15,9 +15,9 @@ mod write;
 
 pub use compare::{predicted_avg_times, profile_json};
 pub use diff::{
-    captured_programs, compare, comparison_json, diff_rows, match_module, timed_ops,
-    CapturedProgram, CompareError, Comparison, DiffRow, Mismatch, ModuleMatch, ProfileDiff,
-    Verdict, MAX_MISMATCHES,
+    capture_device, captured_programs, compare, comparison_json, diff_rows, match_module,
+    timed_ops, CapturedProgram, CompareError, Comparison, DiffRow, Mismatch, ModuleMatch,
+    ProfileDiff, Verdict, MAX_MISMATCHES,
 };
 pub use output::{create_dirs_within, create_file, Existing};
 

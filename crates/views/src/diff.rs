@@ -75,6 +75,18 @@ fn section(h: &mut String, d: &ProfileDiff) {
     );
     let rows = [
         ("capture", esc(&d.capture)),
+        (
+            "ran on",
+            if d.capture_device == "TPU" {
+                "TPU".to_string()
+            } else {
+                format!(
+                    "{} (no TPU in the capture: the ratios compare it with the predicted {})",
+                    esc(&d.capture_device),
+                    esc(&d.chip)
+                )
+            },
+        ),
         ("program in the capture", esc(&m.program)),
         (
             "match",

@@ -31,6 +31,7 @@ fn diff() -> ProfileDiff {
     let rows = diff_rows(&summary, "jit_step", &times);
     ProfileDiff {
         capture: "testdata/profiles/jax_mlp".into(),
+        capture_device: tpusim_trace::capture_device(&spaces),
         module: "jit_step".into(),
         chip: chip.name.clone(),
         measured_total_s: rows.iter().map(|r| r.measured_total_s).sum(),
@@ -113,6 +114,7 @@ fn the_diff_page_renders_in_headless_chromium() {
     assert!(errors.is_empty(), "{errors:?}");
     assert!(dom.contains("jit_step: measured vs predicted on"), "{dom}");
     assert!(dom.contains("the same program"), "{dom}");
+    assert!(dom.contains("CPU (no TPU in the capture"), "{dom}");
     assert!(dom.contains(&d.matching.captured_fingerprint));
     // The rendered rows, in order, are the diff's rows by time at stake.
     let names: Vec<&str> = dom
