@@ -247,12 +247,21 @@ fn set_attr(
             })
         }
         ("lhs_contracting_dims", _) if p.dot_dimension_numbers.is_none() => {
-            p.dot_dimension_numbers = Some(xp::DotDimensionNumbers {
+            let dims = xp::DotDimensionNumbers {
                 lhs_contracting_dimensions: ints(ins, "lhs_contracting_dims"),
                 rhs_contracting_dimensions: ints(ins, "rhs_contracting_dims"),
                 lhs_batch_dimensions: ints(ins, "lhs_batch_dims"),
                 rhs_batch_dimensions: ints(ins, "rhs_batch_dims"),
-            })
+            };
+            // A ragged dot keeps its dot dimensions inside its own numbers.
+            if ins.opcode == Opcode::RaggedDot {
+                p.ragged_dot_dimension_numbers = Some(xp::RaggedDotDimensionNumbers {
+                    dot_dimension_numbers: Some(dims.clone()),
+                    lhs_ragged_dimensions: ints(ins, "lhs_ragged_dims"),
+                    rhs_group_dimensions: ints(ins, "rhs_group_dims"),
+                });
+            }
+            p.dot_dimension_numbers = Some(dims);
         }
         ("offset_dims", _) => {
             p.gather_dimension_numbers = Some(xp::GatherDimensionNumbers {
@@ -344,6 +353,20 @@ fn set_attr(
         }
         ("delta", AttrValue::Int(d)) => p.delta = *d,
         ("is_composite", AttrValue::Bool(b)) => p.is_composite = *b,
+        ("frontend_attributes", AttrValue::FrontendAttrs(attrs)) => {
+            p.frontend_attributes = Some(xp::FrontendAttributes {
+                map: attrs
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            tpusim_hlo::attr::FrontendValue::Str(s)
+                            | tpusim_hlo::attr::FrontendValue::Raw(s) => s.clone(),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            })
+        }
         _ => {}
     }
 }

@@ -168,6 +168,15 @@ pub struct DotDimensionNumbers {
     #[prost(int64, repeated, tag = "4")]
     pub rhs_batch_dimensions: ::prost::alloc::vec::Vec<i64>,
 }
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RaggedDotDimensionNumbers {
+    #[prost(message, optional, tag = "1")]
+    pub dot_dimension_numbers: ::core::option::Option<DotDimensionNumbers>,
+    #[prost(int64, repeated, tag = "2")]
+    pub lhs_ragged_dimensions: ::prost::alloc::vec::Vec<i64>,
+    #[prost(int64, repeated, tag = "3")]
+    pub rhs_group_dimensions: ::prost::alloc::vec::Vec<i64>,
+}
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct FrontendAttributes {
     #[prost(btree_map = "string, string", tag = "1")]
@@ -455,6 +464,8 @@ pub struct HloInstructionProto {
     pub custom_call_target: ::prost::alloc::string::String,
     #[prost(message, optional, tag = "30")]
     pub dot_dimension_numbers: ::core::option::Option<DotDimensionNumbers>,
+    #[prost(message, optional, tag = "90")]
+    pub ragged_dot_dimension_numbers: ::core::option::Option<RaggedDotDimensionNumbers>,
     #[prost(enumeration = "FftType", tag = "31")]
     pub fft_type: i32,
     #[prost(int64, repeated, tag = "32")]
