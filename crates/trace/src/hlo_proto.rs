@@ -174,6 +174,13 @@ fn instruction(m: &Module, id: InstrId) -> xp::HloInstructionProto {
     for a in &ins.attrs {
         set_attr(&mut p, ins, &a.name, &a.value);
     }
+    if ins.opcode == Opcode::Outfeed {
+        // XLA rebuilds an outfeed from the shape of the data it sends.
+        p.outfeed_shape = ins
+            .operands
+            .first()
+            .map(|&o| shape_proto(&m.instr(o).shape));
+    }
     p
 }
 
@@ -352,6 +359,8 @@ fn set_attr(
             .into()
         }
         ("delta", AttrValue::Int(d)) => p.delta = *d,
+        ("outfeed_config", AttrValue::Str(c)) => p.outfeed_config = c.clone().into_bytes(),
+        ("infeed_config", AttrValue::Str(c)) => p.infeed_config = c.clone().into_bytes(),
         ("is_composite", AttrValue::Bool(b)) => p.is_composite = *b,
         ("frontend_attributes", AttrValue::FrontendAttrs(attrs)) => {
             p.frontend_attributes = Some(xp::FrontendAttributes {

@@ -452,6 +452,8 @@ pub struct HloInstructionProto {
     pub dynamic_slice_sizes: ::prost::alloc::vec::Vec<i64>,
     #[prost(message, optional, tag = "21")]
     pub padding_config: ::core::option::Option<PaddingConfig>,
+    #[prost(bytes = "vec", tag = "22")]
+    pub outfeed_config: ::prost::alloc::vec::Vec<u8>,
     #[prost(enumeration = "RandomDistribution", tag = "23")]
     pub distribution: i32,
     #[prost(float, tag = "24")]
@@ -460,8 +462,12 @@ pub struct HloInstructionProto {
     pub feature_index: i64,
     #[prost(int64, tag = "26")]
     pub channel_id: i64,
+    #[prost(bytes = "vec", tag = "27")]
+    pub infeed_config: ::prost::alloc::vec::Vec<u8>,
     #[prost(string, tag = "28")]
     pub custom_call_target: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "29")]
+    pub outfeed_shape: ::core::option::Option<ShapeProto>,
     #[prost(message, optional, tag = "30")]
     pub dot_dimension_numbers: ::core::option::Option<DotDimensionNumbers>,
     #[prost(message, optional, tag = "90")]
