@@ -1,6 +1,8 @@
 """Check that real xprof reads a tpusim XSpace like a TPU profile.
 
 Usage: python3 tools/xprof_check.py FILE.xplane.pb EXPECTED.json
+       python3 tools/xprof_check.py --modules FILE.xplane.pb...
+         (each file's HloProto becomes an XLA module: graph_viewer prints it)
 EXPECTED.json (written by crates/trace/tests/xprof.rs):
   {"step_s": s, "busy_s": TensorCore busy per step, "steps": n, "devices": d, "peak_bytes": b,
    "ops": {name: {"flops": per_run, "time_s": total, "occurrences": k}}}
@@ -237,5 +239,35 @@ def main():
     print("OK")
 
 
+def check_modules(paths):
+    """xprof turns the HloProto of every file into an XLA HloModule (its
+    CreateFromProto checks each instruction) and prints it as HLO text."""
+    import glob
+    from xprof.convert import raw_to_tool_data as r
+
+    for path in paths:
+        tmp = tempfile.mkdtemp()
+        copy = os.path.join(tmp, os.path.basename(path))
+        shutil.copy(path, copy)
+        r.xspace_to_tool_names([copy])
+        names = [os.path.basename(p)[: -len(".hlo_proto.pb")] for p in glob.glob(os.path.join(tmp, "*.hlo_proto.pb"))]
+        if len(names) != 1:
+            fail(f"{path}: {len(names)} programs found")
+        opts = {"module_name": names[0], "type": "long_txt", "node_name": "", "graph_width": 3, "format": ""}
+        try:
+            data, _ = r.xspace_to_tool_data([copy], "graph_viewer", {"graph_viewer_options": opts})
+        except ValueError as e:
+            fail(f"{path}: xprof cannot build the module: {e}")
+        text = data.decode() if isinstance(data, bytes) else data
+        if "HloModule " not in text:
+            fail(f"{path}: no module text")
+        print(f"{names[0]}: {text.count(chr(10))} lines of HLO")
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("OK")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--modules":
+        check_modules(sys.argv[2:])
+    else:
+        main()

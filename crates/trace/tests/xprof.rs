@@ -227,3 +227,51 @@ ENTRY e {
     let m = tpusim_hlo::parse_module(text).unwrap();
     check_with_xprof("sync", &m, &FixedComm, 2);
 }
+
+/// Modules with the attributes XLA's `CreateFromProto` insists on (fusions,
+/// loops, async collectives, composite calls with frontend attributes,
+/// ragged dots, outfeed shapes, gathers, convolutions, sorts): xprof builds
+/// an XLA module from each XSpace's HloProto and prints it.
+#[test]
+fn xprof_builds_an_xla_module_from_every_hlo_proto() {
+    let files = [
+        "jax_generated/mlp_grad.compiled.hlo",
+        "xla/zml__xla__xla__hlo__translate__hlo_to_mhlo__tests__composite_call__part2.hlo",
+        "xla/zml__xla__xla__hlo__translate__hlo_to_mhlo__tests__ragged_dot__part0.hlo",
+        "xla/zml__xla__xla__service__copy_insertion_test.cc__NestedWhilesWithParamRoot__8.hlo",
+        "xla/kek__xla__xla__translate__hlo_to_mhlo__tests__import_async.hlo",
+        "xla/kek__xla__xla__translate__mhlo_to_lhlo_with_xla__tests__hlo_text_to_lhlo_no_opt__part31.hlo",
+    ];
+    let chip = by_id("v5p").unwrap();
+    let mut paths = Vec::new();
+    for (k, f) in files.iter().enumerate() {
+        let text = std::fs::read_to_string(repo().join("testdata/corpus").join(f)).unwrap();
+        let m = tpusim_hlo::parse_module(&text).unwrap();
+        let (s, mem) = schedule_with_memory(&m, &chip, &LocalOnly);
+        let run = SimulatedRun {
+            module: &m,
+            chip: &chip,
+            devices: vec![SimulatedDevice {
+                ordinal: 0,
+                schedule: &s,
+                memory: Some(&mem),
+            }],
+            host: "simhost".into(),
+            steps: 1,
+            start_ns: 0,
+        };
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("xprof_modules_{k}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        paths.push(write_xspace(&dir, &run, tpusim_trace::Existing::Replace).unwrap());
+    }
+    let python = tpusim_testtools::python_venv(env!("CARGO_TARGET_TMPDIR"), "xprof-venv", &[XPROF]);
+    let out = Command::new(python)
+        .arg(repo().join("tools/xprof_check.py"))
+        .arg("--modules")
+        .args(&paths)
+        .output()
+        .expect("the venv's python runs");
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "xprof check failed:\n{log}");
+    assert_eq!(log.matches("lines of HLO").count(), files.len(), "{log}");
+}
