@@ -7,6 +7,7 @@ Writes, under testdata/profiles/:
                                                   (a jitted MLP step with named
                                                   scopes and a fori_loop, 3 steps)
   jax_mlp/step.hlo                                the step's post-optimization HLO
+  jax_mlp/step.pre.hlo                            the same step before XLA's optimizations
   jax_mlp/expected.json                           ops/steps from <host>.trace.json.gz
   jax_cpu/vm.xplane.pb, jax_cpu/expected.json     the shared sample, if its dir is given
 The trace.json.gz files are read for the expectations and not kept (size).
@@ -66,6 +67,7 @@ def gen_mlp():
     w2 = jax.random.normal(k, (512, 128), jnp.float32) * 0.05
     x = jax.random.normal(k, (64, 256), jnp.float32)
     hlo = grad.lower(w1, w2, x).compile().as_text()
+    pre = grad.lower(w1, w2, x).as_text(dialect="hlo")
     loss, (g1, g2) = grad(w1, w2, x)
     jax.block_until_ready(g1)
 
@@ -88,6 +90,7 @@ def gen_mlp():
     os.makedirs(dest)
     shutil.copy(xplane, dest)
     open(os.path.join(out, "step.hlo"), "w").write(hlo)
+    open(os.path.join(out, "step.pre.hlo"), "w").write(pre)
     json.dump(expected_from_chrome(chrome), open(os.path.join(out, "expected.json"), "w"), indent=1)
     print("wrote", dest, os.path.getsize(xplane), "bytes")
 

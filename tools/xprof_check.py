@@ -1,13 +1,16 @@
 """Check that real xprof reads a tpusim XSpace like a TPU profile.
 
 Usage: python3 tools/xprof_check.py FILE.xplane.pb EXPECTED.json
+       python3 tools/xprof_check.py --modules FILE.xplane.pb...
+         (each file's HloProto becomes an XLA module: graph_viewer prints it)
 EXPECTED.json (written by crates/trace/tests/xprof.rs):
   {"step_s": s, "busy_s": TensorCore busy per step, "steps": n, "devices": d, "peak_bytes": b,
    "ops": {name: {"flops": per_run, "time_s": total, "occurrences": k}}}
 
 Runs xprof's own conversions (the ones TensorBoard's profile plugin runs) on
 a copy of the file and checks:
-  - hlo_stats lists every op with our occurrences, total time and FLOPs, and
+  - hlo_stats lists every op with our occurrences, total time, FLOPs and
+    category (collectives, their async halves included, by kind), and
     the times sum to steps x devices x the predicted TensorCore busy time
     (the predicted step when nothing overlaps);
   - op_profile has the same ops (time and FLOPs) under the program, whose
@@ -16,7 +19,14 @@ a copy of the file and checks:
   - overview_page reports the device type and, per step, TensorCore compute
     equal to the predicted step;
   - memory_profile has one allocator per device whose lifetime peak is the
-    predicted peak HBM use.
+    predicted peak HBM use;
+  - overview_page shows the predicted MXU and HBM utilization;
+  - graph_viewer prints the program (every op) and draws the graph around an
+    op, from the HloProto in the metadata plane; memory_viewer's peak heap is
+    the predicted peak;
+  - trace_viewer has every op event and one step per step and device;
+    input_pipeline_analyzer one column per step; framework_op_stats the busy
+    time; pod_viewer one entry per step.
 Prints one line per tool; exits 1 on the first mismatch. Needs `pip install xprof`.
 """
 import json
@@ -77,6 +87,8 @@ def main():
             fail(f"hlo_stats: {name} occurrences {row['occurrences']} != {w['occurrences']}")
         if not close(row["total_time"] * 1e-6, w["time_s"]):
             fail(f"hlo_stats: {name} total time {row['total_time']} us != {w['time_s'] * 1e6}")
+        if "category" in w and row["category"] != w["category"]:
+            fail(f"hlo_stats: {name} category {row['category']} != {w['category']}")
         flops = row["model_flop_rate"] * 1e9 * row["total_time"] * 1e-6
         if not close(flops, w["flops"] * w["occurrences"], abs_=1.0):
             fail(f"hlo_stats: {name} flops {flops} != {w['flops'] * w['occurrences']}")
@@ -91,10 +103,11 @@ def main():
     leaves = {}
 
     def walk(node):
-        kids = node.get("children", [])
-        if not kids and "xla" in node:
-            leaves[node["name"]] = node["metrics"]
-        for k in kids:
+        # With the program's HloProto, a fusion node lists its fused
+        # instructions as children: take every op node, the outermost first.
+        if "xla" in node:
+            leaves.setdefault(node["name"], node["metrics"])
+        for k in node.get("children", []):
             walk(k)
 
     walk(prof["byProgram"])
@@ -111,7 +124,7 @@ def main():
     prof_total = prof["byProgram"]["metrics"]["rawTime"] * 1e-12
     if not close(prof_total, step_total_s):
         fail(f"op_profile: total {prof_total} s != {step_total_s} s")
-    op_sum = sum(m["rawTime"] for n, m in leaves.items() if n != "IDLE") * 1e-12
+    op_sum = sum(m["rawTime"] for n, m in leaves.items() if n in ops) * 1e-12
     if not close(op_sum, total_s):
         fail(f"op_profile: ops sum to {op_sum} s != {total_s} s")
     print(f"op_profile: {len(leaves)} ops, {prof['deviceType']}, total {prof_total * 1e6:.3f} us")
@@ -135,6 +148,12 @@ def main():
         if not close(row["tcComputeTimeMs"] * 1e-3, busy_s):
             fail(f"overview_page: step {row['stepnum']} TensorCore compute {row['tcComputeTimeMs']} ms "
                  f"!= {busy_s * 1e3} ms")
+    p = ov[0]["p"]
+    for key, w in (("mxu_utilization_percent", want["mxu_percent"]), ("hbm_utilization_percent", want["hbm_percent"])):
+        if p.get(key) != f"{w:.1f}%":
+            fail(f"overview_page: {key} {p.get(key)} != predicted {w:.1f}%")
+    print(f"overview_page: MXU utilization {p['mxu_utilization_percent']}, HBM utilization "
+          f"{p['hbm_utilization_percent']} as predicted")
     print(f"overview_page: device {env['p']['device_type']}, {len(steps['rows'])} steps of "
           f"{table_rows(steps)[0]['tcComputeTimeMs'] * 1e3:.3f} us TensorCore compute, "
           f"duty cycle {ov[0]['p'].get('device_duty_cycle_percent')}")
@@ -148,10 +167,107 @@ def main():
             fail(f"memory_profile: allocator {alloc} peak {peak} != {want['peak_bytes']}")
     snap = next(iter(mp.values()))["memoryProfileSnapshots"][0]["activityMetadata"]
     print(f"memory_profile: {len(mp)} allocator(s), peak {want['peak_bytes']} B as predicted, "
-          f"e.g. {snap['tfOpName']} {snap['dataType']} {snap['tensorShape']}")
+          f"e.g. {snap['regionType']} {snap['dataType']} {snap['tensorShape']}")
+    host = ov[0]["p"].get("host_tf_op_percent")
+    if host != "0.0%":
+        fail(f"overview_page: op placement puts {host} of the ops on the host")
+    print(f"overview_page: op placement host {host}, device {ov[0]['p'].get('device_tf_op_percent')}")
+
+    # graph_viewer: the program as HLO text, and the graph around an op.
+    module = want["module"]
+    for tool_name in ("graph_viewer", "memory_viewer"):
+        if tool_name not in tools:
+            fail(f"{tool_name} not offered: xprof found no HloProto in the XSpace")
+
+    def graph(kind, node="", fmt=""):
+        opts = {"module_name": module, "type": kind, "node_name": node, "graph_width": 3, "format": fmt}
+        data, _ = r.xspace_to_tool_data([copy], "graph_viewer", {"graph_viewer_options": opts})
+        return data.decode() if isinstance(data, bytes) else data
+
+    text = graph("long_txt")
+    missing = [n for n in ops if f"%{n} = " not in text]
+    if not text.startswith("HloModule ") or missing:
+        fail(f"graph_viewer: module text lacks ops {missing[:5]}")
+    first = next(iter(ops))
+    dot = graph("graph", first, "dot")
+    if f"around {first}" not in dot:
+        fail(f"graph_viewer: no graph around {first}")
+    print(f"graph_viewer: {module} as HLO text with all {len(ops)} ops; graph around {first}")
+
+    # memory_viewer: the buffer assignment's peak is the predicted peak.
+    data, _ = r.xspace_to_tool_data([copy], "memory_viewer", {"module_name": module, "memory_space": "0"})
+    mv = json.loads(data)
+    peak = round(mv["peakHeapMib"] * 2**20)
+    if peak != want["peak_bytes"]:
+        fail(f"memory_viewer: peak heap {peak} B != predicted {want['peak_bytes']} B")
+    print(f"memory_viewer: peak {peak} B as predicted, {len(mv['logicalBufferSpans'])} buffers, "
+          f"parameters {mv['entryComputationParametersMib'] * 2**20:.0f} B")
+
+    # trace_viewer: every op event of every step and device.
+    data, _ = r.xspace_to_tool_data([copy], "trace_viewer@", {"trace_viewer_options": {}})
+    tv = json.loads(data)
+    names = [e.get("name") for e in tv["traceEvents"] if e.get("ph") == "X"]
+    for name, w in ops.items():
+        if names.count(name) != w["occurrences"]:
+            fail(f"trace_viewer: {name} appears {names.count(name)} times, not {w['occurrences']}")
+    steps_seen = sum(1 for e in tv["traceEvents"] if e.get("ph") == "X" and e.get("tid") == 1)
+    if steps_seen != want["steps"] * devices:
+        fail(f"trace_viewer: {steps_seen} step events != {want['steps']} x {devices}")
+    print(f"trace_viewer: {len(names)} events, {steps_seen} device-side steps")
+
+    # input_pipeline_analyzer: one column per step, no time waiting for input.
+    ip = tool("input_pipeline_analyzer")
+    step_rows = next(t for t in ip if any(c["id"] == "stepnum" for c in t.get("cols", [])))
+    if len(step_rows["rows"]) != want["steps"] or step_rows["p"].get("infeed_percent_average") != "0.0":
+        fail(f"input_pipeline_analyzer: {len(step_rows['rows'])} steps, infeed {step_rows['p'].get('infeed_percent_average')}")
+    print(f"input_pipeline_analyzer: {len(step_rows['rows'])} steps, {step_rows['p']['infeed_percent_average']}% waiting for input")
+
+    # framework_op_stats: the device ops (by JAX scope) add up to the busy time.
+    fo = table_rows(tool("framework_op_stats")[0])
+    dev = sum(row["total_self_time"] for row in fo if row["host_or_device"] == "Device") * 1e-6
+    if not close(dev, total_s):
+        fail(f"framework_op_stats: device self time {dev} s != {total_s} s")
+    print(f"framework_op_stats: {len(fo)} rows, device self time {dev * 1e6:.3f} us as predicted")
+
+    # pod_viewer: one entry per step, the chip's name.
+    pv = tool("pod_viewer")
+    n = len(pv["podStatsSequence"]["podStatsMap"])
+    if n != want["steps"] or not pv.get("deviceType", "").startswith("TPU"):
+        fail(f"pod_viewer: {n} steps, device {pv.get('deviceType')}")
+    print(f"pod_viewer: {n} steps on {pv['deviceType']}")
     shutil.rmtree(tmp, ignore_errors=True)
     print("OK")
 
 
+def check_modules(paths):
+    """xprof turns the HloProto of every file into an XLA HloModule (its
+    CreateFromProto checks each instruction) and prints it as HLO text."""
+    import glob
+    from xprof.convert import raw_to_tool_data as r
+
+    for path in paths:
+        tmp = tempfile.mkdtemp()
+        copy = os.path.join(tmp, os.path.basename(path))
+        shutil.copy(path, copy)
+        r.xspace_to_tool_names([copy])
+        names = [os.path.basename(p)[: -len(".hlo_proto.pb")] for p in glob.glob(os.path.join(tmp, "*.hlo_proto.pb"))]
+        if len(names) != 1:
+            fail(f"{path}: {len(names)} programs found")
+        opts = {"module_name": names[0], "type": "long_txt", "node_name": "", "graph_width": 3, "format": ""}
+        try:
+            data, _ = r.xspace_to_tool_data([copy], "graph_viewer", {"graph_viewer_options": opts})
+        except ValueError as e:
+            fail(f"{path}: xprof cannot build the module: {e}")
+        text = data.decode() if isinstance(data, bytes) else data
+        if "HloModule " not in text:
+            fail(f"{path}: no module text")
+        print(f"{names[0]}: {text.count(chr(10))} lines of HLO")
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("OK")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--modules":
+        check_modules(sys.argv[2:])
+    else:
+        main()

@@ -4,10 +4,12 @@
 use crate::input;
 use crate::out;
 use crate::render::{seconds, table};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::collections::HashMap;
 use std::path::Path;
-use tpusim_trace::{read_profile, OpSummary, ProfileSummary};
+use tpusim_trace::{
+    create_file, read_profile_spaces, Comparison, Existing, OpSummary, ProfileSummary, Verdict,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -22,6 +24,13 @@ pub struct Args {
     /// Chip to predict on (with --hlo)
     #[arg(long, value_name = "NAME", requires = "hlo")]
     chip: Option<String>,
+    /// Write the measured-vs-predicted page (per op: measured, predicted,
+    /// ratio, sorted by time at stake) to this HTML file (with --hlo)
+    #[arg(long, value_name = "FILE", requires = "hlo")]
+    html: Option<String>,
+    /// Replace the --html file if it exists
+    #[arg(long)]
+    force: bool,
 }
 
 /// Rows of the op table.
@@ -34,36 +43,82 @@ struct OpRow<'a> {
 }
 
 pub fn run(args: &Args) -> Result<bool> {
-    let summary = read_profile(Path::new(&args.path))?;
-    let predicted = match (&args.hlo, &args.chip) {
-        (Some(hlo), Some(chip)) => predictions(hlo, chip)?,
-        _ => HashMap::new(),
+    let (summary, spaces) = read_profile_spaces(Path::new(&args.path))?;
+    let comparison = match (&args.hlo, &args.chip) {
+        (Some(hlo), Some(chip)) => Some(compare(args, hlo, chip, &summary, &spaces)?),
+        _ => None,
     };
+    let predicted = comparison.as_ref().map(|c| &c.predicted);
     let rows: Vec<OpRow> = summary
         .ops
         .iter()
-        .map(|o| OpRow {
-            measured: o,
-            predicted_avg_s: predicted.get(&o.name).copied(),
+        .map(|o| {
+            let module = o.module.as_deref().map(base_name).unwrap_or("");
+            let key = (module.to_string(), o.name.clone());
+            OpRow {
+                measured: o,
+                predicted_avg_s: predicted.and_then(|p| p.get(&key)).copied(),
+            }
         })
         .collect();
     if args.json {
-        let report = tpusim_trace::profile_json(&summary, &predicted)?;
+        let report = match &comparison {
+            Some(c) => tpusim_trace::comparison_json(&summary, c)?,
+            None => tpusim_trace::profile_json(&summary, &HashMap::new())?,
+        };
         out::line(serde_json::to_string_pretty(&report)?);
         return Ok(true);
     }
-    print_text(&summary, &rows, !predicted.is_empty());
+    print_text(&summary, &rows, comparison.is_some());
     Ok(true)
 }
 
-/// Predicted time of one execution of every op, by name.
-fn predictions(hlo: &str, chip: &str) -> Result<HashMap<String, f64>> {
-    let chip = tpusim_arch::by_id(chip)?;
-    let analyses: Vec<_> = input::load(hlo)?
+/// Matches each module of `hlo` to the capture's program by structure (a
+/// different program is refused) and predicts its ops; writes the diff page
+/// when asked.
+fn compare(
+    args: &Args,
+    hlo: &str,
+    chip_id: &str,
+    summary: &ProfileSummary,
+    spaces: &[tpusim_trace::xplane::XSpace],
+) -> Result<Comparison> {
+    let chip = tpusim_arch::by_id(chip_id)?;
+    let modules: Vec<_> = input::load(hlo)?.into_iter().map(|(m, _)| m).collect();
+    let analyses: Vec<_> = modules
         .iter()
-        .map(|(m, _)| tpusim_perf::analyze(m, &chip))
+        .map(|m| tpusim_perf::analyze(m, &chip))
         .collect();
-    Ok(tpusim_trace::predicted_avg_times(&analyses))
+    let pairs: Vec<_> = modules.iter().zip(&analyses).collect();
+    let c = tpusim_trace::compare(&args.path, summary, spaces, &pairs, &chip.name, hlo)?;
+    for d in &c.diffs {
+        if d.matching.verdict == Verdict::NoProgram {
+            eprintln!(
+                "note: the capture carries no HloProto, so {} is matched to its ops by name only",
+                d.module
+            );
+        }
+    }
+    if let Some(path) = &args.html {
+        let html = tpusim_views::profile_diff_html(&c.diffs);
+        let existing = if args.force {
+            Existing::Replace
+        } else {
+            Existing::Refuse
+        };
+        let mut f = create_file(Path::new(path), existing)?;
+        std::io::Write::write_all(&mut f, html.as_bytes())
+            .with_context(|| format!("cannot write {path}"))?;
+        eprintln!("wrote {path}");
+    }
+    Ok(c)
+}
+
+fn base_name(program: &str) -> &str {
+    match program.rfind('(') {
+        Some(k) if program.ends_with(')') => &program[..k],
+        _ => program,
+    }
 }
 
 fn print_text(s: &ProfileSummary, rows: &[OpRow], with_prediction: bool) {

@@ -190,25 +190,30 @@ fn profile_json(
     chip_id: Option<String>,
 ) -> PyResult<String> {
     Ok(detached(py, move || {
-        let summary = tpusim_trace::read_profile(std::path::Path::new(&path))?;
-        let predicted = match (hlo, chip_id) {
+        let (summary, spaces) = tpusim_trace::read_profile_spaces(std::path::Path::new(&path))?;
+        let report = match (hlo, chip_id) {
             (Some((text, name)), Some(id)) => {
+                // As `tpusim profile --hlo`: matched to the capture's program
+                // by structure, a different program refused.
                 let chip = tpusim_arch::by_id(&id)?;
-                let analyses: Vec<_> = load::modules(&name, &text)?
+                let modules = load::modules(&name, &text)?;
+                let analyses: Vec<_> = modules
                     .iter()
                     .map(|m| tpusim_perf::analyze(m, &chip))
                     .collect();
-                tpusim_trace::predicted_avg_times(&analyses)
+                let pairs: Vec<_> = modules.iter().zip(&analyses).collect();
+                let c = tpusim_trace::compare(&path, &summary, &spaces, &pairs, &chip.name, &name)
+                    .map_err(tpusim_trace::TraceError::from)?;
+                tpusim_trace::comparison_json(&summary, &c)
             }
-            (None, None) => Default::default(),
+            (None, None) => tpusim_trace::profile_json(&summary, &Default::default()),
             _ => {
                 return Err(BindError::Argument(
                     "give both hlo= and chip= to predict each op".into(),
                 ))
             }
-        };
-        let report = tpusim_trace::profile_json(&summary, &predicted)
-            .map_err(|e| BindError::Internal(format!("profile to JSON: {e}")))?;
+        }
+        .map_err(|e| BindError::Internal(format!("profile to JSON: {e}")))?;
         to_json(&report, "profile")
     })?)
 }

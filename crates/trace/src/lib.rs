@@ -7,22 +7,29 @@
 //! the model itself: callers pass the schedule and memory profile in.
 
 mod compare;
+mod diff;
+pub mod hlo_proto;
 mod output;
 mod read;
 mod write;
 
 pub use compare::{predicted_avg_times, profile_json};
+pub use diff::{
+    capture_device, captured_programs, compare, comparison_json, diff_rows, match_module,
+    timed_ops, CapturedProgram, CompareError, Comparison, DiffRow, Mismatch, ModuleMatch,
+    ProfileDiff, Verdict, MAX_MISMATCHES,
+};
 pub use output::{create_dirs_within, create_file, Existing};
 
 pub use read::{
-    find_xplanes, read_profile, read_xspace, summarize, Gap, IdleSummary, OpSummary,
-    ProfileSummary, StepSummary, MAX_GAPS,
+    find_xplanes, read_profile, read_profile_spaces, read_xspace, summarize, Gap, IdleSummary,
+    OpSummary, ProfileSummary, StepSummary, MAX_GAPS,
 };
 pub mod xplane;
 
 pub use write::{
-    build_xspace, hlo_category, run_folder_name, write_xspace, SimulatedDevice, SimulatedRun,
-    PROGRAM_ID,
+    build_xspace, done_waits, hlo_category, is_sync_collective, run_folder_name, utilization,
+    write_xspace, SimulatedDevice, SimulatedRun, PROGRAM_ID,
 };
 
 use std::path::PathBuf;
@@ -46,4 +53,6 @@ pub enum TraceError {
     Exists(PathBuf),
     #[error("{0} is not a folder (a link or a file): tpusim writes only inside the output folder")]
     NotAFolder(PathBuf),
+    #[error(transparent)]
+    Compare(#[from] CompareError),
 }

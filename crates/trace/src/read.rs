@@ -145,6 +145,12 @@ pub fn read_xspace(path: &Path) -> Result<XSpace, TraceError> {
 
 /// Reads every profile `path` names (see [`find_xplanes`]) and summarizes it.
 pub fn read_profile(path: &Path) -> Result<ProfileSummary, TraceError> {
+    Ok(read_profile_spaces(path)?.0)
+}
+
+/// [`read_profile`], also returning the XSpaces read (their programs'
+/// HloProtos are what [`crate::compare`] matches modules against).
+pub fn read_profile_spaces(path: &Path) -> Result<(ProfileSummary, Vec<XSpace>), TraceError> {
     let files = find_xplanes(path)?;
     let mut spaces = Vec::new();
     for f in &files {
@@ -152,7 +158,7 @@ pub fn read_profile(path: &Path) -> Result<ProfileSummary, TraceError> {
     }
     let mut s = summarize(&spaces);
     s.files = files;
-    Ok(s)
+    Ok((s, spaces))
 }
 
 /// A stat value with references resolved.

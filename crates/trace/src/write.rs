@@ -136,13 +136,7 @@ pub fn hlo_category(m: &Module, id: InstrId) -> &'static str {
     match (category(m, id), fusion) {
         (Category::Matmul | Category::Convolution, true) => "convolution fusion",
         (Category::Matmul | Category::Convolution, false) => "convolution",
-        (Category::Collective, _) => match ins.opcode {
-            Opcode::AllReduce | Opcode::AllReduceStart => "all-reduce",
-            Opcode::AllGather | Opcode::AllGatherStart => "all-gather",
-            Opcode::ReduceScatter => "reduce-scatter",
-            Opcode::AllToAll => "all-to-all",
-            _ => "collective",
-        },
+        (Category::Collective, _) => collective_category(m, id),
         (Category::DataMovement, true) => "data formatting",
         (Category::DataMovement, false) => "data formatting",
         (Category::Reduction, true) => "loop fusion",
@@ -150,6 +144,34 @@ pub fn hlo_category(m: &Module, id: InstrId) -> &'static str {
         (Category::Elementwise, true) => "loop fusion",
         (Category::Elementwise, false) => "non-fusion elementwise",
         (Category::Other, _) => "other",
+    }
+}
+
+/// A collective's category by the collective it is or (for async halves and
+/// `async-start`/`-done` wrappers) carries out: `all-gather-done` and an
+/// `async-done` of a reduce-scatter count as `all-gather`, `reduce-scatter`.
+fn collective_category(m: &Module, id: InstrId) -> &'static str {
+    let ins = m.instr(id);
+    let wrapped = match ins.opcode {
+        Opcode::AsyncStart | Opcode::AsyncUpdate | Opcode::AsyncDone => ins
+            .async_sugar
+            .or_else(|| crate::hlo_proto::async_wrapped_opcode(m, id)),
+        other => Some(other),
+    };
+    let name = wrapped.map_or("", Opcode::name);
+    let base = name
+        .strip_suffix("-start")
+        .or_else(|| name.strip_suffix("-done"))
+        .or_else(|| name.strip_suffix("-update"))
+        .unwrap_or(name);
+    match base {
+        "all-reduce" => "all-reduce",
+        "all-gather" => "all-gather",
+        "reduce-scatter" => "reduce-scatter",
+        "all-to-all" | "ragged-all-to-all" => "all-to-all",
+        "collective-permute" => "collective-permute",
+        "collective-broadcast" => "collective-broadcast",
+        _ => "collective",
     }
 }
 
@@ -162,10 +184,7 @@ pub fn build_xspace(run: &SimulatedRun) -> XSpace {
         planes.push(device_plane(run, d, &module_name));
         longest = longest.max(d.schedule.step_s * f64::from(run.steps.max(1)));
     }
-    let host = host_plane(run);
-    if !host.lines.is_empty() {
-        planes.push(host);
-    }
+    planes.push(host_plane(run));
     planes.push(metadata_plane(run, &module_name));
     planes.push(task_plane(run, longest));
     XSpace {
@@ -222,6 +241,7 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
     let counter_id = op_base + m.instrs.len() as i64;
     p.event_metadata(counter_id, "HBM bytes in use", Vec::new());
 
+    let waits = done_waits(m, s);
     let mut defined: HashMap<InstrId, i64> = HashMap::new();
     let mut ops = Vec::new();
     let mut async_ops = Vec::new();
@@ -239,7 +259,7 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
             p.stat("group_id", x_stat::Value::Int64Value(i64::from(k))),
         ];
         module_events.push(event(1, t0, s.step_s, mod_stats));
-        for e in &s.events {
+        for (i, e) in s.events.iter().enumerate() {
             let md = match defined.get(&e.instr) {
                 Some(&id) => id,
                 None => {
@@ -251,10 +271,22 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
                 }
             };
             let group = vec![p.stat("group_id", x_stat::Value::Int64Value(i64::from(k)))];
+            if let Some(&(start, _)) = waits.get(&i) {
+                // From the end of the op before to the `-done` marker, in
+                // the same absolute times those two events use.
+                let mut ev = event(md, t0 + start, 0.0, group);
+                ev.duration_ps = (ps(t0 + e.start_s) - ps(t0 + start)).max(0);
+                ops.push(ev);
+                continue;
+            }
             let ev = event(md, t0 + e.start_s, e.dur_s, group);
             match e.lane {
                 Lane::TensorCore if e.dur_s > 0.0 => ops.push(ev),
                 Lane::TensorCore => {}
+                // A synchronous collective holds the TensorCore until it
+                // ends: a TPU profile shows it as an XLA op (category
+                // all-reduce, ...), not as idle time.
+                Lane::Ici if e.dur_s > 0.0 && is_sync_collective(m, e.instr) => ops.push(ev),
                 Lane::Ici | Lane::Dma => async_ops.push(ev),
             }
         }
@@ -269,6 +301,7 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
             }
         }
     }
+    trim_rounding_overlaps(&mut ops);
     let mut lines = vec![
         line(STEPS_LINE, "Steps", step_events),
         line(MODULES_LINE, "XLA Modules", module_events),
@@ -282,6 +315,68 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
     }
     p.plane.lines = lines;
     p.plane
+}
+
+/// Sorts a line's events by start and trims the overlaps that rounding
+/// to picoseconds leaves between back-to-back ops (at most 1 ns): xprof
+/// would nest an op under the one it overlaps and lose its time.
+fn trim_rounding_overlaps(events: &mut [XEvent]) {
+    let start = |e: &XEvent| match e.data {
+        Some(x_event::Data::OffsetPs(o)) => o,
+        _ => 0,
+    };
+    events.sort_by_key(start);
+    for k in 1..events.len() {
+        let next = start(&events[k]);
+        let prev = &mut events[k - 1];
+        let end = start(prev) + prev.duration_ps;
+        if end > next && end - next <= 1000 {
+            prev.duration_ps -= end - next;
+        }
+    }
+}
+
+/// The TensorCore's waits at `-done` ops: for each `-done` marker reached
+/// while its transfer is still running (an idle gap before it on the
+/// TensorCore), event index → (start, duration) of the wait. A TPU profile
+/// shows that wait as the `-done` op's own time (exposed communication).
+pub fn done_waits(m: &Module, s: &Schedule) -> HashMap<usize, (f64, f64)> {
+    // What holds the TensorCore: its own events and synchronous collectives.
+    let mut order: Vec<usize> = (0..s.events.len())
+        .filter(|&i| {
+            let e = &s.events[i];
+            e.lane == Lane::TensorCore
+                || (e.lane == Lane::Ici && e.dur_s > 0.0 && is_sync_collective(m, e.instr))
+        })
+        .collect();
+    order.sort_by(|&a, &b| {
+        s.events[a]
+            .start_s
+            .total_cmp(&s.events[b].start_s)
+            .then(a.cmp(&b))
+    });
+    let mut busy_until = 0.0f64;
+    let mut waits = HashMap::new();
+    for i in order {
+        let e = &s.events[i];
+        if e.dur_s > 0.0 {
+            busy_until = busy_until.max(e.start_s + e.dur_s);
+        } else if m.instr(e.instr).opcode.name().ends_with("-done") && e.start_s > busy_until {
+            // Whole picoseconds only: a rounding-sized gap is no wait.
+            if ps(e.start_s) > ps(busy_until) {
+                waits.insert(i, (busy_until, e.start_s - busy_until));
+            }
+            busy_until = e.start_s;
+        }
+    }
+    waits
+}
+
+/// A collective that is not one half of an async pair.
+pub fn is_sync_collective(m: &Module, id: InstrId) -> bool {
+    let name = m.instr(id).opcode.name();
+    category(m, id) == Category::Collective
+        && !(name.ends_with("-start") || name.ends_with("-done") || name.ends_with("-update"))
 }
 
 /// Per-op stats (on the op's event metadata: they hold for every run).
@@ -327,7 +422,9 @@ fn op_stats(p: &mut PlaneBuilder, run: &SimulatedRun, m: &Module, id: InstrId) -
 
 /// The simulated allocator as `MemoryAllocation` / `MemoryDeallocation`
 /// events on the host plane (what xprof's memory_profile reads), one line
-/// per device, for the first step.
+/// per device, for the first step. They carry no `tf_op` stat: xprof would
+/// count each as a host-side TF op and put most "ops" on the host in the
+/// overview's op placement, while every op of the run is on the device.
 fn host_plane(run: &SimulatedRun) -> XPlane {
     let mut p = PlaneBuilder::new("/host:CPU");
     p.event_metadata(1, "MemoryAllocation", Vec::new());
@@ -375,7 +472,6 @@ fn host_plane(run: &SimulatedRun) -> XPlane {
                 p.stat("requested_bytes", x_stat::Value::Int64Value(bytes as i64)),
                 p.stat("allocation_bytes", x_stat::Value::Int64Value(bytes as i64)),
                 p.stat("addr", x_stat::Value::Uint64Value(k as u64 + 1)),
-                p.stat("tf_op", x_stat::Value::StrValue(a.buffer.name.clone())),
                 p.stat("group_id", x_stat::Value::Int64Value(0)),
                 p.stat(
                     "region_type",
@@ -392,7 +488,45 @@ fn host_plane(run: &SimulatedRun) -> XPlane {
         lines.push(line(i64::from(d.ordinal) + 1, &allocator, events));
     }
     p.plane.lines = lines;
+    let (mxu, hbm) = utilization(run);
+    p.plane.stats = vec![
+        p.stat(
+            "matrix_unit_utilization_percent",
+            x_stat::Value::DoubleValue(mxu),
+        ),
+        p.stat("hbm_utilization_percent", x_stat::Value::DoubleValue(hbm)),
+    ];
     p.plane
+}
+
+/// What a TPU's performance counters report and xprof's overview page shows
+/// (it reads them from the host plane's stats): the MXUs' busy share of the
+/// step (each op's MXU time from the model) and HBM traffic over what the
+/// HBM could move in the step, in percent, over all devices.
+pub fn utilization(run: &SimulatedRun) -> (f64, f64) {
+    let (mut mxu_s, mut bytes, mut step_s) = (0.0, 0.0, 0.0);
+    for d in &run.devices {
+        let m = d.schedule.module(run.module);
+        for e in d
+            .schedule
+            .events
+            .iter()
+            .filter(|e| e.lane == Lane::TensorCore)
+        {
+            let t = op_time(m, run.chip, e.instr);
+            mxu_s += t.mxu_s;
+            bytes += t.bytes_accessed;
+        }
+        step_s += d.schedule.step_s;
+    }
+    let bw = run.chip.memory.hbm_bandwidth_bytes_per_s;
+    if step_s <= 0.0 || bw <= 0.0 {
+        return (0.0, 0.0);
+    }
+    (
+        (100.0 * mxu_s / step_s).min(100.0),
+        (100.0 * bytes / (bw * step_s)).min(100.0),
+    )
 }
 
 /// The TensorFlow `DataType` enum value xprof expects for the element type
@@ -418,15 +552,23 @@ fn tf_dtype(shape: &str) -> i64 {
     }
 }
 
-fn metadata_plane(_run: &SimulatedRun, module_name: &str) -> XPlane {
+/// `/host:metadata`: one event metadata per program (id = program id, name =
+/// `module(program_id)`) whose `Hlo Proto` stat holds the serialized
+/// `xla.HloProto`, as a TPU capture carries it. xprof reads the plane's
+/// stats as legacy per-module protos when there are any, so it has none.
+fn metadata_plane(run: &SimulatedRun, module_name: &str) -> XPlane {
     let mut p = PlaneBuilder::new("/host:metadata");
-    let stats = vec![p.stat("program_id", x_stat::Value::Int64Value(PROGRAM_ID))];
-    p.event_metadata(1, module_name, stats);
-    let tpusim = p.stat(
-        "tpusim_version",
-        x_stat::Value::StrValue(env!("CARGO_PKG_VERSION").to_string()),
-    );
-    p.plane.stats = vec![tpusim];
+    let module = run
+        .devices
+        .first()
+        .map_or(run.module, |d| d.schedule.module(run.module));
+    let memory = run.devices.first().and_then(|d| d.memory);
+    let proto = crate::hlo_proto::hlo_proto(module, PROGRAM_ID, memory).encode_to_vec();
+    let stats = vec![
+        p.stat("program_id", x_stat::Value::Int64Value(PROGRAM_ID)),
+        p.stat("Hlo Proto", x_stat::Value::BytesValue(proto)),
+    ];
+    p.event_metadata(PROGRAM_ID, module_name, stats);
     p.plane
 }
 
@@ -434,6 +576,10 @@ fn task_plane(run: &SimulatedRun, duration_s: f64) -> XPlane {
     let mut p = PlaneBuilder::new("Task Environment");
     let stop = run.start_ns + (duration_s * 1e9).ceil() as u64;
     p.plane.stats = vec![
+        p.stat(
+            "tpusim_version",
+            x_stat::Value::StrValue(env!("CARGO_PKG_VERSION").to_string()),
+        ),
         p.stat(
             "profile_start_time",
             x_stat::Value::Uint64Value(run.start_ns),
@@ -494,4 +640,33 @@ pub fn write_xspace(
         source,
     })?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(offset: i64, dur: i64) -> XEvent {
+        XEvent {
+            metadata_id: 1,
+            data: Some(x_event::Data::OffsetPs(offset)),
+            duration_ps: dur,
+            stats: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn rounding_overlaps_are_trimmed_and_real_ones_kept() {
+        // Out of order; 1 ps of rounding overlap; a real 5 ns overlap.
+        let mut events = vec![ev(100, 50), ev(0, 101), ev(150, 10_000), ev(5_150, 10)];
+        trim_rounding_overlaps(&mut events);
+        let got: Vec<(i64, i64)> = events
+            .iter()
+            .map(|e| match e.data {
+                Some(x_event::Data::OffsetPs(o)) => (o, e.duration_ps),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(got, vec![(0, 100), (100, 50), (150, 10_000), (5_150, 10)]);
+    }
 }

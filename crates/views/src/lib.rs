@@ -9,6 +9,10 @@
 //! This crate only wires the models (`tpusim-perf`) to the renderers
 //! (`tpusim-report`, `tpusim-trace`) and the file system; it never prints.
 
+mod diff;
+
+pub use diff::profile_diff_html;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -23,6 +27,10 @@ const PEAK_BUFFERS: usize = 20;
 /// Devices written to the XSpace at most (each SPMD device runs the same
 /// schedule; the Chrome trace caps its processes the same way).
 const MAX_XSPACE_DEVICES: u32 = 8;
+/// Steps the XSpace lays out back to back (each the whole simulated
+/// program), as a capture of a few training steps holds: xprof's per-step
+/// tables, step-time averages and pod viewer get steps to show.
+pub const XSPACE_STEPS: u32 = 3;
 /// The host the simulated profile claims: the file is `<host>.xplane.pb`.
 const HOST: &str = "tpusim";
 
@@ -125,7 +133,7 @@ pub fn write_views(
             chip,
             devices,
             host: HOST.to_string(),
-            steps: 1,
+            steps: XSPACE_STEPS,
             start_ns: if opts.timestamp { now_ns() } else { 0 },
         },
         opts.existing,
