@@ -1,53 +1,13 @@
 //! Housekeeping passes: dead-code elimination, arena compaction, and the
 //! while-loop trip-count annotation XLA attaches before fusion.
 
-use crate::util::{control_computations, predecessors};
 use crate::Changed;
-use rustc_hash::FxHashSet;
 use tpusim_hlo::analysis::{while_trip_count, TripCount};
-use tpusim_hlo::{Attr, AttrValue, InstrId, Module, OpCategory, Opcode};
-
-/// Ops that must stay even when nothing uses their result.
-fn has_side_effects(op: Opcode) -> bool {
-    matches!(
-        op.category(),
-        OpCategory::Collective | OpCategory::Io | OpCategory::Async
-    ) || matches!(
-        op,
-        Opcode::CustomCall
-            | Opcode::Parameter
-            | Opcode::Rng
-            | Opcode::RngGetAndUpdateState
-            | Opcode::While
-            | Opcode::Conditional
-            | Opcode::Call
-            | Opcode::CopyStart
-            | Opcode::CopyDone
-    )
-}
+use tpusim_hlo::{Attr, AttrValue, InstrId, Module, Opcode};
 
 /// Removes unused instructions without side effects from control computations.
 pub fn dead_code_elimination(m: &mut Module) -> Changed {
-    let mut removed = 0;
-    for c in control_computations(m) {
-        let comp = m.comp(c);
-        let mut live: FxHashSet<InstrId> = FxHashSet::default();
-        let mut stack = vec![comp.root];
-        stack.extend(
-            comp.instrs
-                .iter()
-                .copied()
-                .filter(|&i| has_side_effects(m.instr(i).opcode)),
-        );
-        while let Some(i) = stack.pop() {
-            if live.insert(i) {
-                stack.extend(predecessors(m, i));
-            }
-        }
-        let before = comp.instrs.len();
-        m.comps[c.index()].instrs.retain(|i| live.contains(i));
-        removed += before - m.comp(c).instrs.len();
-    }
+    let removed = tpusim_hlo::passes::remove_dead_code(m);
     Changed::count(removed, |n| format!("{n} dead instructions removed"))
 }
 

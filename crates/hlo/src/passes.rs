@@ -37,6 +37,55 @@ pub fn fuse(m: &mut Module) -> FusionStats {
     stats
 }
 
+/// Ops that must stay even when nothing uses their result.
+fn has_side_effects(op: Opcode) -> bool {
+    matches!(
+        op.category(),
+        OpCategory::Collective | OpCategory::Io | OpCategory::Async
+    ) || matches!(
+        op,
+        Opcode::CustomCall
+            | Opcode::Parameter
+            | Opcode::Rng
+            | Opcode::RngGetAndUpdateState
+            | Opcode::While
+            | Opcode::Conditional
+            | Opcode::Call
+            | Opcode::CopyStart
+            | Opcode::CopyDone
+    )
+}
+
+/// Removes unused instructions without side effects from the control
+/// computations (they stay in the arena, unlisted); returns how many.
+pub fn remove_dead_code(m: &mut Module) -> usize {
+    let mut removed = 0;
+    for c in control_computations(m) {
+        let comp = m.comp(c);
+        let mut live: FxHashSet<InstrId> = FxHashSet::default();
+        let mut stack = vec![comp.root];
+        stack.extend(
+            comp.instrs
+                .iter()
+                .copied()
+                .filter(|&i| has_side_effects(m.instr(i).opcode)),
+        );
+        while let Some(i) = stack.pop() {
+            if live.insert(i) {
+                let ins = m.instr(i);
+                stack.extend(&ins.operands);
+                if let Some(AttrValue::Instrs(v)) = ins.attr("control-predecessors") {
+                    stack.extend(v);
+                }
+            }
+        }
+        let before = comp.instrs.len();
+        m.comps[c.index()].instrs.retain(|i| live.contains(i));
+        removed += before - m.comp(c).instrs.len();
+    }
+    removed
+}
+
 /// Computations that run as programs (entry, loop bodies and conditions,
 /// call targets, branches), as opposed to ones applied element-wise by
 /// reduce, sort, all-reduce... and hidden async wrappers.

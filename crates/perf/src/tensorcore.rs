@@ -251,12 +251,17 @@ pub fn kernel_time(
     let mut vector_flops = k.vector_flops;
     let mut transcendentals = k.transcendentals;
 
-    e.bytes_out = shape_tiled_bytes(&ins.shape, lanes);
+    // A dynamic-update-slice writes its update into the buffer in place (as
+    // XLA's buffer assignment shares the operand's buffer with the result):
+    // the buffer is neither read nor written whole.
+    let in_place = in_place_update(m, id, lanes);
+    e.bytes_out = in_place.map_or_else(|| shape_tiled_bytes(&ins.shape, lanes), |(_, b)| b);
     e.bytes_in = ins
         .operands
         .iter()
         .enumerate()
         .map(|(k, &o)| match sliced_read(m, id, k) {
+            _ if in_place.is_some_and(|(buffer, _)| buffer == k) => 0.0,
             // Only the rows a gather or slice selects are brought in.
             Some(read) => read.min(shape_tiled_bytes(&m.instr(o).shape, lanes)),
             None => shape_tiled_bytes(&m.instr(o).shape, lanes),
@@ -493,6 +498,42 @@ fn bytes(b: f64) -> String {
 
 /// Bytes a kernel reads of operand `k` when it only gathers or slices it
 /// (the sliced result's size), or `None` when it reads all of it.
+/// For a dynamic-update-slice, bare or as a fusion's root over a fusion
+/// parameter nothing else reads: the operand index of the buffer it updates
+/// in place and the tiled bytes of the update it writes.
+fn in_place_update(m: &Module, id: InstrId, lanes: u64) -> Option<(usize, f64)> {
+    let ins = m.instr(id);
+    let update_bytes = |dus: &tpusim_hlo::Instruction| {
+        dus.operands
+            .get(1)
+            .map(|&u| shape_tiled_bytes(&m.instr(u).shape, lanes))
+    };
+    match ins.opcode {
+        Opcode::DynamicUpdateSlice => Some((0, update_bytes(ins)?)),
+        Opcode::Fusion => {
+            let comp = m.comp(*ins.called_computations().first()?);
+            let root = m.instr(comp.root);
+            if root.opcode != Opcode::DynamicUpdateSlice {
+                return None;
+            }
+            let &buffer = root.operands.first()?;
+            let b = m.instr(buffer);
+            let read_elsewhere = comp
+                .instrs
+                .iter()
+                .any(|&j| j != comp.root && m.instr(j).operands.contains(&buffer));
+            if b.opcode != Opcode::Parameter || read_elsewhere {
+                return None;
+            }
+            Some((
+                usize::try_from(b.parameter_number?).ok()?,
+                update_bytes(root)?,
+            ))
+        }
+        _ => None,
+    }
+}
+
 fn sliced_read(m: &Module, id: InstrId, k: usize) -> Option<f64> {
     let lanes = 128;
     let ins = m.instr(id);

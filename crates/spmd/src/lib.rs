@@ -22,7 +22,7 @@ pub use summary::{summarize, Collective, Summary};
 use build::Out;
 use mesh::{Mesh, Sh};
 use partition::Partitioner;
-use tpusim_hlo::attr::{FrontendValue, Sharding};
+use tpusim_hlo::attr::{FrontendValue, Sharding, SingleSharding};
 
 use tpusim_hlo::{AttrValue, CompId, Module, Opcode};
 
@@ -219,26 +219,34 @@ fn check_axis_names(m: &Module, mesh: &[(String, u32)]) -> Result<(), SpmdError>
 pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, SpmdError> {
     let named = mesh_of(module, options)?;
     check_axis_names(module, &named)?;
-    let mesh = Mesh::new(named);
+    let mesh = mesh_for(module, named);
     let n = mesh.n;
-    let mut p = Partitioner::new(module, Out::new(module, mesh.clone()));
-    let entry = module.entry();
-    let mut params: Vec<Vec<Sh>> = Vec::new();
-    for &pid in &entry.params {
-        let ins = module.instr(pid);
-        params.push(match p.annotation(ins)? {
-            Some(s) => s,
-            None => ins
-                .shape
-                .leaves()
-                .iter()
-                .map(|l| Sh::replicated(l.rank()))
-                .collect(),
-        });
-    }
-    let (new_entry, root_sh) = p.computation(module.entry, &params, None)?;
+    // Round one propagates forward; what the ops after a loop ask of its
+    // untiled results is carried into the loop in round two (XLA's backward
+    // propagation through `while`: a scan's stacked gradients take the
+    // tiling the optimizer gives them).
+    let mut hints = Default::default();
+    let (p, new_entry, root_sh) = loop {
+        let mut p = Partitioner::new(module, Out::new(module, mesh.clone()));
+        p.loop_hints = std::mem::take(&mut hints);
+        let params = entry_shardings(&p, module)?;
+        let (new_entry, root_sh) = p.computation(module.entry, &params, None)?;
+        let fresh: Vec<_> = p
+            .wanted_after_loop
+            .keys()
+            .filter(|k| !p.loop_hints.contains_key(k))
+            .copied()
+            .collect();
+        if fresh.is_empty() || !p.loop_hints.is_empty() {
+            break (p, new_entry, root_sh);
+        }
+        hints = std::mem::take(&mut p.wanted_after_loop);
+    };
     let mut out = p.out.m;
     finish_module(&mut out, module.entry, new_entry, &root_sh, &mesh, n)?;
+    // Values resharded by redoing their producer leave the original unused,
+    // as XLA's partitioner runs DCE on its result.
+    tpusim_hlo::passes::remove_dead_code(&mut out);
     let text = tpusim_hlo::print_module(&out);
     let parsed = tpusim_hlo::parse_module(&text).map_err(|e| {
         SpmdError::Internal(format!(
@@ -256,6 +264,51 @@ pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, 
         ))
     })?;
     Ok(parsed)
+}
+
+/// The mesh of factor axes: named axes as declared; a single unnamed axis
+/// (GSPMD-style modules) split where the module's tile assignments need it.
+fn mesh_for(module: &Module, named: Vec<(String, u32)>) -> Mesh {
+    let sdy = tpusim_hlo::sdy::meshes_text(module).is_some();
+    if named.len() != 1 || sdy {
+        return Mesh::new(named);
+    }
+    let n = named[0].1;
+    let mut boundaries = Vec::new();
+    for ins in &module.instrs {
+        let singles: Vec<&SingleSharding> = match ins.sharding() {
+            Some(Sharding::Single(s)) => vec![s],
+            Some(Sharding::Tuple(t)) => t.iter().collect(),
+            None => continue,
+        };
+        for s in singles {
+            if let tpusim_hlo::attr::ShardingKind::Tiled(ta) = &s.kind {
+                boundaries.extend(mesh::iota_boundaries(ta));
+            }
+        }
+    }
+    match mesh::segments_from_boundaries(n, &boundaries) {
+        Some(segments) => Mesh::with_segments(named, &segments),
+        None => Mesh::new(named),
+    }
+}
+
+/// The entry parameters' shardings: their annotations, else replicated.
+fn entry_shardings(p: &Partitioner<'_>, module: &Module) -> Result<Vec<Vec<Sh>>, SpmdError> {
+    let mut params: Vec<Vec<Sh>> = Vec::new();
+    for &pid in &module.entry().params {
+        let ins = module.instr(pid);
+        params.push(match p.annotation(ins)? {
+            Some(s) => s,
+            None => ins
+                .shape
+                .leaves()
+                .iter()
+                .map(|l| Sh::replicated(l.rank()))
+                .collect(),
+        });
+    }
+    Ok(params)
 }
 
 /// Makes `new_entry` the entry, hides the computations it no longer reaches,

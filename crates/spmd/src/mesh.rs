@@ -38,16 +38,29 @@ fn prime_factors(mut n: u32) -> Vec<u32> {
     out
 }
 
+/// Prime factors of `n`, largest first (the major end of an axis).
+fn factors_major_first(n: u32) -> Vec<u32> {
+    let mut f = prime_factors(n);
+    f.sort_unstable_by(|a, b| b.cmp(a));
+    f
+}
+
 impl Mesh {
     /// A mesh of named axes (row-major device ids), each split into prime factors.
     pub fn new(named: Vec<(String, u32)>) -> Mesh {
-        let sizes: Vec<u32> = named
+        let segments: Vec<u32> = named.iter().map(|(_, s)| *s).collect();
+        Mesh::with_segments(named, &segments)
+    }
+
+    /// A mesh of named axes whose device ids split, major to minor, into
+    /// `segments` (their product is the device count; each is split into
+    /// prime factors, largest first). A single unnamed device axis takes the
+    /// boundaries its tile assignments imply: `<=[16,48,8]` puts the factor
+    /// 3 of 6144 devices between strides 8 and 384, not at the top.
+    pub fn with_segments(named: Vec<(String, u32)>, segments: &[u32]) -> Mesh {
+        let sizes: Vec<u32> = segments
             .iter()
-            .flat_map(|(_, s)| {
-                let mut f = prime_factors(*s);
-                f.sort_unstable_by(|a, b| b.cmp(a));
-                f
-            })
+            .flat_map(|&s| factors_major_first(s))
             .collect();
         let mut strides = vec![1u32; sizes.len()];
         for i in (0..sizes.len().saturating_sub(1)).rev() {
@@ -253,6 +266,52 @@ pub enum ReadError {
     NotOnMesh,
     Manual,
     Unsupported(String),
+}
+
+/// Device-id boundaries (the strides where a tile assignment's iota
+/// dims begin) as segment sizes, major to minor, if every boundary divides
+/// the next; `None` when the assignments disagree.
+pub fn segments_from_boundaries(n: u32, boundaries: &[u64]) -> Option<Vec<u32>> {
+    let mut b: Vec<u64> = boundaries
+        .iter()
+        .copied()
+        .filter(|&x| x > 1 && x < u64::from(n))
+        .collect();
+    b.push(1);
+    b.push(u64::from(n));
+    b.sort_unstable();
+    b.dedup();
+    if b.windows(2).any(|w| w[1] % w[0] != 0) {
+        return None;
+    }
+    let mut segments: Vec<u32> = b
+        .windows(2)
+        .map(|w| u32::try_from(w[1] / w[0]).ok())
+        .collect::<Option<_>>()?;
+    segments.reverse();
+    Some(segments)
+}
+
+/// The stride boundaries an iota tile assignment implies: where each of its
+/// reshape dims begins (and, without a transpose, each tile dim).
+pub fn iota_boundaries(ta: &TileAssignment) -> Vec<u64> {
+    let DeviceList::Iota { reshape, transpose } = &ta.devices else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut push_strides = |dims: &[i64]| {
+        let mut stride = 1u64;
+        for &d in dims.iter().rev() {
+            out.push(stride);
+            stride = stride.saturating_mul(u64::try_from(d).unwrap_or(1).max(1));
+        }
+    };
+    push_strides(reshape);
+    let identity = transpose.iter().enumerate().all(|(k, &t)| t == k as i64);
+    if identity {
+        push_strides(&ta.dims);
+    }
+    out
 }
 
 /// Reads an HLO sharding of an array of `rank` dims. Maximal shardings read as

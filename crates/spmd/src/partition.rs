@@ -16,6 +16,11 @@ const MAX_NESTING: usize = 64;
 /// Loops nested at most this deep get an exploratory pass over their body.
 const EXPLORE_LOOPS_DEPTH: usize = 3;
 
+/// Longest broadcast chain (broadcast, then reshapes, transposes, unary
+/// elementwise ops) a reshard redoes on local shapes; longer ones are
+/// resharded as they are.
+const MAX_EXPANSION: usize = 16;
+
 /// A partitioned value: its id in the output module and a sharding per leaf.
 #[derive(Clone, Debug)]
 pub struct Val {
@@ -34,6 +39,23 @@ pub struct Partitioner<'m> {
     /// The first tiling some op asked of an untiled parameter leaf (how XLA's
     /// backward propagation would have tiled a loop-carried value).
     wanted: FxHashMap<(InstrId, usize), Sh>,
+    /// Emitted broadcasts and the shape ops over them (reshape, transpose,
+    /// unary elementwise): output value -> (source instruction, its operand).
+    /// A reshard of such a value redoes the chain on the tiling asked for
+    /// from its small source instead of slicing or exchanging the big result,
+    /// as XLA's backward propagation gives a broadcast its user's sharding.
+    expandable: FxHashMap<InstrId, (InstrId, Val)>,
+    /// Emitted `while`s: output id -> the source `while`.
+    while_of: FxHashMap<InstrId, InstrId>,
+    /// Untiled values that are a loop's result leaf (its get-tuple-element,
+    /// or an elementwise op over one): output id -> (source `while`, leaf).
+    loop_result: FxHashMap<InstrId, (InstrId, usize)>,
+    /// The first tiling some op after a loop asked of an untiled result leaf:
+    /// XLA's backward propagation carries that tiling into the loop.
+    pub wanted_after_loop: FxHashMap<(InstrId, usize), Sh>,
+    /// Tilings for untiled loop-carried leaves, from an earlier round's
+    /// `wanted_after_loop`.
+    pub loop_hints: FxHashMap<(InstrId, usize), Sh>,
 }
 
 fn leaves_of(shape: &Shape) -> Vec<Shape> {
@@ -59,6 +81,11 @@ impl<'m> Partitioner<'m> {
             manual: Vec::new(),
             leaf_origin: FxHashMap::default(),
             wanted: FxHashMap::default(),
+            expandable: FxHashMap::default(),
+            while_of: FxHashMap::default(),
+            loop_result: FxHashMap::default(),
+            wanted_after_loop: FxHashMap::default(),
+            loop_hints: FxHashMap::default(),
         }
     }
 
@@ -246,12 +273,120 @@ impl<'m> Partitioner<'m> {
         global: &Shape,
         to: &Sh,
     ) -> Result<InstrId, SpmdError> {
+        self.arr_at(cb, v, global, to, 0)
+    }
+
+    /// `arr` for a value `depth` steps down a broadcast chain being redone.
+    fn arr_at(
+        &mut self,
+        cb: &mut CompB,
+        v: &Val,
+        global: &Shape,
+        to: &Sh,
+        depth: usize,
+    ) -> Result<InstrId, SpmdError> {
         if let Some(&origin) = self.leaf_origin.get(&v.id) {
             if v.sh[0].is_replicated() && !to.is_replicated() {
                 self.wanted.entry(origin).or_insert_with(|| to.clone());
             }
         }
+        if let Some(&origin) = self.loop_result.get(&v.id) {
+            if v.sh[0].total_tiles(&self.out.mesh) < to.total_tiles(&self.out.mesh) {
+                self.wanted_after_loop
+                    .entry(origin)
+                    .or_insert_with(|| to.clone());
+            }
+        }
+        if v.sh[0] != *to && to.partial.is_empty() {
+            if let Some(id) = self.expand_as(cb, v.id, to, depth)? {
+                return Ok(id);
+            }
+        }
         self.out.reshard(cb, v.id, global.dims(), &v.sh[0], to)
+    }
+
+    /// Redoes the broadcast chain that produced `id` so that it comes out
+    /// tiled as `to`: the chain's ops are emitted again on local shapes over
+    /// the broadcast's operand, resharded (it is smaller than the result, so
+    /// slicing or exchanging it costs less than doing so to the result).
+    /// `None` when `id` is not such a chain or the tiling does not map back
+    /// through it.
+    fn expand_as(
+        &mut self,
+        cb: &mut CompB,
+        id: InstrId,
+        to: &Sh,
+        depth: usize,
+    ) -> Result<Option<InstrId>, SpmdError> {
+        if depth > MAX_EXPANSION {
+            return Ok(None);
+        }
+        let Some((src_id, operand)) = self.expandable.get(&id).cloned() else {
+            return Ok(None);
+        };
+        let src = self.src;
+        let ins = src.instr(src_id);
+        let op_global = &src.instr(ins.operands[0]).shape;
+        let Some(in_to) = self.operand_tiling(ins, op_global, to) else {
+            return Ok(None);
+        };
+        let x = if ins.opcode == Opcode::Broadcast {
+            // The chain's bottom: reshard the small operand itself.
+            self.arr_at(cb, &operand, op_global, &in_to, depth + 1)?
+        } else {
+            match self.expand_as(cb, operand.id, &in_to, depth + 1)? {
+                Some(x) => x,
+                None => return Ok(None),
+            }
+        };
+        let mut copy = ins.clone();
+        if copy.opcode == Opcode::Bitcast {
+            copy.opcode = Opcode::Reshape;
+        }
+        let v = self.local_op(cb, &copy, vec![x], to.clone(), ins.attrs.clone())?;
+        self.expandable.insert(
+            v.id,
+            (
+                src_id,
+                Val {
+                    id: x,
+                    sh: vec![in_to],
+                },
+            ),
+        );
+        Ok(Some(v.id))
+    }
+
+    /// The tiling of `ins`'s (single) operand under which `ins` computes
+    /// its result tiled as `to`, for the ops `expand_as` redoes.
+    fn operand_tiling(&self, ins: &Instruction, op_global: &Shape, to: &Sh) -> Option<Sh> {
+        let rank = op_global.rank();
+        match ins.opcode {
+            Opcode::Broadcast => {
+                let dims = ins.attr_ints("dimensions")?;
+                let mut s = Sh::replicated(rank);
+                for (k, &d) in dims.iter().enumerate() {
+                    *s.dims.get_mut(k)? = to.dims.get(d as usize)?.clone();
+                }
+                Some(s)
+            }
+            Opcode::Transpose => {
+                let perm = ins.attr_ints("dimensions")?;
+                let mut s = Sh::replicated(rank);
+                for (j, &p) in perm.iter().enumerate() {
+                    *s.dims.get_mut(p as usize)? = to.dims.get(j)?.clone();
+                }
+                Some(s)
+            }
+            Opcode::Reshape | Opcode::Bitcast => {
+                let (g_in, g_out) = (op_global.dims(), ins.shape.dims());
+                let s = reshape_sharding(g_out, g_in, to, &self.out.mesh)?;
+                // Only a tiling that maps forward to exactly `to`.
+                (reshape_sharding(g_in, g_out, &s, &self.out.mesh).as_ref() == Some(to))
+                    .then_some(s)
+            }
+            _ => (op_global.rank() == to.rank()).then(|| to.clone()),
+        }
     }
 
     /// Partitions computation `c` whose parameters have shardings `params`;
@@ -343,6 +478,8 @@ impl<'m> Partitioner<'m> {
                         })
                         .collect::<Result<_, _>>()?;
                     let v = self.instruction(cb, i, &ops)?;
+                    self.note_expandable(i, &v, &ops);
+                    self.note_loop_result(i, &v, &ops);
                     // Custom calls read their own sharding (a `{manual}` one marks a
                     // shard_map boundary, not a tiling); the root's is the result's.
                     if ins.opcode == Opcode::CustomCall || i == comp.root {
@@ -359,6 +496,55 @@ impl<'m> Partitioner<'m> {
         }
         vals.remove(&comp.root)
             .ok_or_else(|| SpmdError::Internal("no root".into()))
+    }
+
+    /// Records `v` (the partitioned `i`) in `expandable` when it is a
+    /// broadcast, or a shape op or unary elementwise op over one.
+    fn note_expandable(&mut self, i: InstrId, v: &Val, ops: &[Val]) {
+        let ins = self.src.instr(i);
+        let [op] = ops else { return };
+        if v.sh.len() != 1 || op.sh.len() != 1 || ins.shape.as_array().is_none() {
+            return;
+        }
+        let shape_op = matches!(
+            ins.opcode,
+            Opcode::Reshape | Opcode::Bitcast | Opcode::Transpose
+        ) || (ins.opcode.is_elementwise() && ins.opcode != Opcode::Map);
+        if ins.opcode == Opcode::Broadcast || shape_op && self.expandable.contains_key(&op.id) {
+            self.expandable.insert(v.id, (i, op.clone()));
+        }
+    }
+
+    /// Tracks loop results through the ops that keep them whole: a `while`,
+    /// its get-tuple-elements, and untiled elementwise ops over them.
+    fn note_loop_result(&mut self, i: InstrId, v: &Val, ops: &[Val]) {
+        let ins = self.src.instr(i);
+        match ins.opcode {
+            Opcode::While => {
+                self.while_of.insert(v.id, i);
+            }
+            Opcode::GetTupleElement if v.sh.len() == 1 => {
+                if let Some(&w) = ops.first().and_then(|o| self.while_of.get(&o.id)) {
+                    let idx = ins.attr_int("index").unwrap_or(0) as usize;
+                    let elems = &self.src.instr(ins.operands[0]).shape;
+                    let elems = elems.tuple_elements().unwrap_or(&[]);
+                    let start: usize = elems.iter().take(idx).map(leaf_count).sum();
+                    self.loop_result.insert(v.id, (w, start));
+                }
+            }
+            op if (op.is_elementwise() && op != Opcode::Map) && v.sh.len() == 1 => {
+                let dims = ins.shape.dims();
+                let origin = ins.operands.iter().zip(ops).find_map(|(&o, val)| {
+                    (self.src.instr(o).shape.dims() == dims && val.sh == v.sh)
+                        .then(|| self.loop_result.get(&val.id).copied())
+                        .flatten()
+                });
+                if let Some(origin) = origin {
+                    self.loop_result.insert(v.id, origin);
+                }
+            }
+            _ => {}
+        }
     }
 
     fn instruction(&mut self, cb: &mut CompB, i: InstrId, ops: &[Val]) -> Result<Val, SpmdError> {
@@ -452,7 +638,7 @@ impl<'m> Partitioner<'m> {
             | ReduceWindow => self.dim_constrained(cb, ins, ops),
             Gather => self.gather(cb, ins, ops),
             Scatter => self.scatter(cb, ins, ops),
-            While => self.while_loop(cb, ins, ops),
+            While => self.while_loop(cb, i, ins, ops),
             Call => {
                 let callee = ins
                     .attr_comp("to_apply")
@@ -636,48 +822,40 @@ impl<'m> Partitioner<'m> {
         let rfree: Vec<usize> = (0..rg.rank())
             .filter(|d| !rb.contains(d) && !rc.contains(d))
             .collect();
-        // The lhs (activations, in JAX programs) keeps its tiling on every dim;
-        // the rhs keeps its free dims' tiling where the axes are still free,
-        // and its batch/contracting tiling only where the lhs had none there.
-        let mut used: Vec<Axis> = Vec::new();
-        let take = |axes: &[Axis], used: &[Axis]| -> Vec<Axis> {
-            axes.iter()
-                .take_while(|a| !used.contains(a))
-                .copied()
-                .collect()
+        let dims = DotDims {
+            lb: &lb,
+            rb: &rb,
+            lc: &lc,
+            rc: &rc,
+            lfree: &lfree,
+            rfree: &rfree,
         };
-        let even = |axes: &[Axis], g: i64| g % i64::from(mesh.count(axes)) == 0;
-        let mut lcs = Sh::replicated(lg.rank());
-        let mut rcs = Sh::replicated(rg.rank());
-        let pairs: Vec<(usize, usize)> = lb
+        // XLA's propagation gives the dot the merge of what each operand
+        // implies for the result, and its dot handler reshards the operands
+        // to fit; where that would move more data than keeping the lhs's
+        // tiling (a partial result to reduce), the lhs keeps it.
+        let candidates = [
+            lhs_keeping(&dims, &ls, &rs, &lg, &mesh),
+            merged(&dims, &ls, &rs, &lg, &mesh, false),
+            merged(&dims, &ls, &rs, &lg, &mesh, true),
+            rhs_first(&dims, &ls, &rs, &rg, &mesh, false),
+            rhs_first(&dims, &ls, &rs, &rg, &mesh, true),
+        ];
+        let ty_bytes = |g: &Shape| {
+            g.as_array()
+                .map_or(4.0, |a| f64::from(a.ty.bit_width().max(8)) / 8.0)
+        };
+        let cost = |(l, r): &(Sh, Sh)| {
+            let out = dot_result(&dims, l, r, ins.shape.rank());
+            reshard_bytes(&mesh, lg.dims(), ty_bytes(&lg), &ls, l)
+                + reshard_bytes(&mesh, rg.dims(), ty_bytes(&rg), &rs, r)
+                + partial_bytes(&mesh, ins.shape.dims(), ty_bytes(&ins.shape), &out)
+        };
+        let (lcs, rcs) = candidates
             .iter()
-            .copied()
-            .zip(rb.iter().copied())
-            .chain(lc.iter().copied().zip(rc.iter().copied()))
-            .collect();
-        for d in 0..lg.rank() {
-            let mut pick = take(&ls.dims[d], &used);
-            if !even(&pick, lg.dims()[d]) && lb.contains(&d) {
-                pick.clear();
-            }
-            used.extend(&pick);
-            lcs.dims[d] = pick;
-        }
-        for &d in &rfree {
-            let pick = take(&rs.dims[d], &used);
-            used.extend(&pick);
-            rcs.dims[d] = pick;
-        }
-        for &(l, r) in &pairs {
-            if lcs.dims[l].is_empty() {
-                let pick = take(&rs.dims[r], &used);
-                if even(&pick, lg.dims()[l]) || lc.contains(&l) {
-                    used.extend(&pick);
-                    lcs.dims[l] = pick;
-                }
-            }
-            rcs.dims[r] = lcs.dims[l].clone();
-        }
+            .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+            .cloned()
+            .unwrap_or_else(|| (Sh::replicated(lg.rank()), Sh::replicated(rg.rank())));
         let mut x = self.arr(cb, &ops[0], &lg, &lcs)?;
         let mut y = self.arr(cb, &ops[1], &rg, &rcs)?;
         // Uneven contracting tiles hold padding: zero it on both sides before
@@ -697,21 +875,7 @@ impl<'m> Partitioner<'m> {
             let zr = self.out.zero(cb, self.out.ty(y));
             y = self.out.mask_padding(cb, y, &rmask, rg.dims(), zr);
         }
-        let mut out = Sh::replicated(ins.shape.rank());
-        let mut k = 0;
-        for &d in &lb {
-            out.dims[k] = lcs.dims[d].clone();
-            k += 1;
-        }
-        for &d in &lfree {
-            out.dims[k] = lcs.dims[d].clone();
-            k += 1;
-        }
-        for &d in &rfree {
-            out.dims[k] = rcs.dims[d].clone();
-            k += 1;
-        }
-        out.partial = lc.iter().flat_map(|&d| lcs.dims[d].clone()).collect();
+        let out = dot_result(&dims, &lcs, &rcs, ins.shape.rank());
         self.local_op(cb, ins, vec![x, y], out, ins.attrs.clone())
     }
 
@@ -1083,6 +1247,7 @@ impl<'m> Partitioner<'m> {
     fn while_loop(
         &mut self,
         cb: &mut CompB,
+        i: InstrId,
         ins: &Instruction,
         ops: &[Val],
     ) -> Result<Val, SpmdError> {
@@ -1113,6 +1278,18 @@ impl<'m> Partitioner<'m> {
                 {
                     *c = n.without_partial();
                 }
+            }
+        }
+        let mesh = self.out.mesh.clone();
+        for (k, c) in carried.iter_mut().enumerate() {
+            // A hint refines the carried tiling (never drops its axes).
+            let hint = self.loop_hints.get(&(i, k)).filter(|h| {
+                h.rank() == c.rank()
+                    && h.total_tiles(&mesh) > c.total_tiles(&mesh)
+                    && c.used().iter().all(|a| h.used().contains(a))
+            });
+            if let Some(h) = hint {
+                *c = h.clone();
             }
         }
         let init = self.reshard_val(cb, &ops[0], g, &carried)?;
@@ -1219,6 +1396,200 @@ impl<'m> Partitioner<'m> {
             _ => self.replicated_fallback(cb, ins, ops),
         }
     }
+}
+
+/// A dot's dimension numbers and the free (non-batch, non-contracting) dims.
+struct DotDims<'a> {
+    lb: &'a [usize],
+    rb: &'a [usize],
+    lc: &'a [usize],
+    rc: &'a [usize],
+    lfree: &'a [usize],
+    rfree: &'a [usize],
+}
+
+impl DotDims<'_> {
+    fn pairs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.lb
+            .iter()
+            .copied()
+            .zip(self.rb.iter().copied())
+            .chain(self.lc.iter().copied().zip(self.rc.iter().copied()))
+    }
+}
+
+/// The leading axes of `axes` not in `used`.
+fn take_free(axes: &[Axis], used: &[Axis]) -> Vec<Axis> {
+    axes.iter()
+        .take_while(|a| !used.contains(a))
+        .copied()
+        .collect()
+}
+
+/// The operand tilings when the lhs (activations, in JAX programs) keeps its
+/// tiling on every dim; the rhs keeps its free dims' tiling where the axes
+/// are still free, and its batch/contracting tiling only where the lhs had
+/// none there.
+fn lhs_keeping(d: &DotDims, ls: &Sh, rs: &Sh, lg: &Shape, mesh: &crate::mesh::Mesh) -> (Sh, Sh) {
+    let even = |axes: &[Axis], g: i64| g % i64::from(mesh.count(axes)) == 0;
+    let mut used: Vec<Axis> = Vec::new();
+    let mut lcs = Sh::replicated(ls.rank());
+    let mut rcs = Sh::replicated(rs.rank());
+    for k in 0..ls.rank() {
+        let mut pick = take_free(&ls.dims[k], &used);
+        if !even(&pick, lg.dims()[k]) && d.lb.contains(&k) {
+            pick.clear();
+        }
+        used.extend(&pick);
+        lcs.dims[k] = pick;
+    }
+    for &k in d.rfree {
+        let pick = take_free(&rs.dims[k], &used);
+        used.extend(&pick);
+        rcs.dims[k] = pick;
+    }
+    for (l, r) in d.pairs() {
+        if lcs.dims[l].is_empty() {
+            let pick = take_free(&rs.dims[r], &used);
+            if even(&pick, lg.dims()[l]) || d.lc.contains(&l) {
+                used.extend(&pick);
+                lcs.dims[l] = pick;
+            }
+        }
+        rcs.dims[r] = lcs.dims[l].clone();
+    }
+    (lcs, rcs)
+}
+
+/// The operand tilings for the result XLA's dot propagation infers: the
+/// lhs's batch and free dims' tiling, then the rhs's free dims' where the
+/// axes are still free. Contracting dims keep the axes both operands tile
+/// them by (or, with `keep_lhs_contracting`, the lhs's), which leaves a
+/// partial result.
+fn merged(
+    d: &DotDims,
+    ls: &Sh,
+    rs: &Sh,
+    lg: &Shape,
+    mesh: &crate::mesh::Mesh,
+    keep_lhs_contracting: bool,
+) -> (Sh, Sh) {
+    let even = |axes: &[Axis], g: i64| g % i64::from(mesh.count(axes)) == 0;
+    let mut used: Vec<Axis> = Vec::new();
+    let mut lcs = Sh::replicated(ls.rank());
+    let mut rcs = Sh::replicated(rs.rank());
+    for k in 0..ls.rank() {
+        if d.lc.contains(&k) {
+            continue;
+        }
+        let mut pick = take_free(&ls.dims[k], &used);
+        if !even(&pick, lg.dims()[k]) && d.lb.contains(&k) {
+            pick.clear();
+        }
+        used.extend(&pick);
+        lcs.dims[k] = pick;
+    }
+    for &k in d.rfree {
+        let pick = take_free(&rs.dims[k], &used);
+        used.extend(&pick);
+        rcs.dims[k] = pick;
+    }
+    for (&l, &r) in d.lb.iter().zip(d.rb) {
+        if lcs.dims[l].is_empty() {
+            let pick = take_free(&rs.dims[r], &used);
+            if even(&pick, lg.dims()[l]) {
+                used.extend(&pick);
+                lcs.dims[l] = pick;
+            }
+        }
+        rcs.dims[r] = lcs.dims[l].clone();
+    }
+    for (&l, &r) in d.lc.iter().zip(d.rc) {
+        let pick = if keep_lhs_contracting {
+            take_free(&ls.dims[l], &used)
+        } else {
+            let common: Vec<Axis> = ls.dims[l]
+                .iter()
+                .zip(&rs.dims[r])
+                .take_while(|(a, b)| a == b)
+                .map(|(a, _)| *a)
+                .collect();
+            take_free(&common, &used)
+        };
+        used.extend(&pick);
+        lcs.dims[l] = pick.clone();
+        rcs.dims[r] = pick;
+    }
+    (lcs, rcs)
+}
+
+/// `merged` with the operands' roles swapped: the rhs's free dims keep their
+/// tiling first (the cheaper side to gather when both tile their free dims
+/// by the same axes).
+fn rhs_first(
+    d: &DotDims,
+    ls: &Sh,
+    rs: &Sh,
+    rg: &Shape,
+    mesh: &crate::mesh::Mesh,
+    keep_rhs_contracting: bool,
+) -> (Sh, Sh) {
+    let swapped = DotDims {
+        lb: d.rb,
+        rb: d.lb,
+        lc: d.rc,
+        rc: d.lc,
+        lfree: d.rfree,
+        rfree: d.lfree,
+    };
+    let (r, l) = merged(&swapped, rs, ls, rg, mesh, keep_rhs_contracting);
+    (l, r)
+}
+
+/// The result tiling of a dot whose operands are tiled `lcs` and `rcs`
+/// (batch dims, lhs free dims, rhs free dims; partial over the contracting
+/// dims' axes).
+fn dot_result(d: &DotDims, lcs: &Sh, rcs: &Sh, rank: usize) -> Sh {
+    let mut out = Sh::replicated(rank);
+    let dims =
+        d.lb.iter()
+            .chain(d.lfree)
+            .map(|&k| &lcs.dims[k])
+            .chain(d.rfree.iter().map(|&k| &rcs.dims[k]));
+    for (slot, axes) in out.dims.iter_mut().zip(dims) {
+        *slot = axes.clone();
+    }
+    out.partial = d.lc.iter().flat_map(|&k| lcs.dims[k].clone()).collect();
+    out
+}
+
+/// Bytes per device a reshard from `from` to `to` receives over the network
+/// (a first-order estimate: data of axes that leave their dim must be
+/// gathered or exchanged; slicing is free).
+fn reshard_bytes(mesh: &crate::mesh::Mesh, g: &[i64], elem: f64, from: &Sh, to: &Sh) -> f64 {
+    let moved: Vec<Axis> = from
+        .dims
+        .iter()
+        .zip(&to.dims)
+        .flat_map(|(f, t)| f.iter().filter(|a| !t.contains(a)).copied())
+        .collect();
+    let m = f64::from(mesh.count(&moved));
+    if m <= 1.0 {
+        return 0.0;
+    }
+    let local: f64 = to.local_dims(mesh, g).iter().map(|&x| x as f64).product();
+    local * elem * (1.0 - 1.0 / m)
+}
+
+/// Bytes per device reducing a partial result moves (an all-reduce: twice
+/// the local data).
+fn partial_bytes(mesh: &crate::mesh::Mesh, g: &[i64], elem: f64, out: &Sh) -> f64 {
+    let p = f64::from(mesh.count(&out.partial));
+    if p <= 1.0 {
+        return 0.0;
+    }
+    let local: f64 = out.local_dims(mesh, g).iter().map(|&x| x as f64).product();
+    2.0 * local * elem * (1.0 - 1.0 / p)
 }
 
 /// Reshape's output sharding for operand sharding `s`, when every tiled input

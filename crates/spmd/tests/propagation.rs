@@ -1,0 +1,135 @@
+//! Sharding decisions that XLA makes by propagating shardings backward (from
+//! users to producers) and by choosing how to partition a dot: each test
+//! partitions a small module and checks the per-device shapes that result,
+//! which are wrong (global-sized values sliced afterwards, an all-reduce of a
+//! dot's result) when the decision is missed.
+
+use tpusim_hlo::{Module, Opcode, Shape};
+use tpusim_spmd::{partition, PartitionOptions};
+
+fn partitioned(text: &str) -> Module {
+    let m = tpusim_hlo::parse_module(text).expect("test module parses");
+    partition(&m, &PartitionOptions::default()).expect("partitions")
+}
+
+/// The dims of every `op` in the module.
+fn shapes_of(m: &Module, op: Opcode) -> Vec<Vec<i64>> {
+    m.instrs
+        .iter()
+        .filter(|i| i.opcode == op)
+        .map(|i| dims(&i.shape))
+        .collect()
+}
+
+fn dims(s: &Shape) -> Vec<i64> {
+    s.dims().to_vec()
+}
+
+#[test]
+fn a_broadcast_takes_its_users_tiling_instead_of_being_sliced_whole() {
+    let m = partitioned(
+        r#"HloModule bc, num_partitions=4
+ENTRY e {
+  p0 = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  p1 = f32[16] parameter(1), sharding={replicated}
+  b = f32[8,16] broadcast(p1), dimensions={1}
+  t = f32[16,8] transpose(b), dimensions={1,0}
+  b2 = f32[8,16] transpose(t), dimensions={1,0}
+  ROOT m = f32[8,16] multiply(p0, b2), sharding={devices=[4,1]<=[4]}
+}
+"#,
+    );
+    let broadcasts = shapes_of(&m, Opcode::Broadcast);
+    assert!(!broadcasts.is_empty());
+    assert!(
+        broadcasts.iter().all(|s| s == &[2, 16]),
+        "every broadcast is computed on the device's rows: {broadcasts:?}"
+    );
+    assert!(shapes_of(&m, Opcode::DynamicSlice).is_empty());
+}
+
+#[test]
+fn a_scan_buffer_takes_the_tiling_its_users_after_the_loop_ask_for() {
+    let m = partitioned(
+        r#"HloModule scan, num_partitions=4
+
+body {
+  t = (s32[], f32[4,8,16], f32[8,16]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  buf = f32[4,8,16] get-tuple-element(t), index=1
+  x = f32[8,16] get-tuple-element(t), index=2
+  u = f32[1,8,16] reshape(x)
+  z = s32[] constant(0)
+  nb = f32[4,8,16] dynamic-update-slice(buf, u, i, z, z)
+  one = s32[] constant(1)
+  ni = s32[] add(i, one)
+  ROOT r = (s32[], f32[4,8,16], f32[8,16]) tuple(ni, nb, x)
+}
+
+cond {
+  t = (s32[], f32[4,8,16], f32[8,16]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={replicated}
+  w = f32[4,8,16] parameter(1), sharding={devices=[1,4,1]<=[4]}
+  zero = f32[] constant(0)
+  buf = f32[4,8,16] broadcast(zero), dimensions={}
+  i0 = s32[] constant(0)
+  init = (s32[], f32[4,8,16], f32[8,16]) tuple(i0, buf, x)
+  loop = (s32[], f32[4,8,16], f32[8,16]) while(init), condition=cond, body=body
+  g = f32[4,8,16] get-tuple-element(loop), index=1
+  ROOT out = f32[4,8,16] add(g, w), sharding={devices=[1,4,1]<=[4]}
+}
+"#,
+    );
+    let loop_ = m
+        .instrs
+        .iter()
+        .find(|i| i.opcode == Opcode::While)
+        .expect("a while");
+    let carried = loop_.shape.tuple_elements().expect("a tuple");
+    assert_eq!(
+        dims(&carried[1]),
+        vec![4, 2, 16],
+        "the stacked buffer is carried tiled: {}",
+        loop_.shape
+    );
+}
+
+#[test]
+fn a_dot_gathers_the_cheaper_operand_instead_of_reducing_its_result() {
+    // lhs [batch: a, embed: b], rhs [embed: a, mlp: b] on a 2x2 mesh: XLA
+    // gathers lhs's embed (over b) and rhs's embed (over a) and computes a
+    // result tiled [batch: a, mlp: b]; keeping lhs's tiling would leave a
+    // partial result to all-reduce.
+    let m = partitioned(
+        r#"HloModule mm, num_partitions=4
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={devices=[2,2]<=[4]}
+  w = f32[16,32] parameter(1), sharding={devices=[2,2]<=[4]}
+  ROOT d = f32[8,32] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,2]<=[4]}
+}
+"#,
+    );
+    assert_eq!(shapes_of(&m, Opcode::Dot), vec![vec![4, 16]]);
+    assert!(shapes_of(&m, Opcode::AllReduce).is_empty());
+}
+
+#[test]
+fn a_single_device_axis_splits_where_its_tile_assignments_need() {
+    // 6144 = 3 x 2^11: the factor 3 sits inside the 48, not at the top.
+    let m = partitioned(
+        r#"HloModule big
+ENTRY e {
+  p = f32[16,96] parameter(0), sharding={devices=[8,48,16]<=[16,48,8]T(2,1,0) last_tile_dim_replicate}
+  ROOT n = f32[16,96] negate(p), sharding={devices=[8,48,16]<=[16,48,8]T(2,1,0) last_tile_dim_replicate}
+}
+"#,
+    );
+    assert_eq!(m.config.num_partitions, Some(6144));
+    assert_eq!(shapes_of(&m, Opcode::Negate), vec![vec![2, 2]]);
+}
