@@ -38,7 +38,7 @@ pub fn numpy_descr(ty: T) -> Result<&'static str, InterpError> {
         T::F32 => "<f4",
         T::F64 => "<f8",
         T::Bf16 | T::F16 => "<u2",
-        T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => "|u1",
+        _ if crate::f8::is_minifloat(ty) => "|u1",
         T::C64 => "<c8",
         _ => {
             return Err(InterpError::Unsupported(format!(
@@ -188,7 +188,7 @@ fn read_arrays(
             // Narrow floats travel as their bit patterns (the jax_cases convention).
             T::Bf16 => Data::Bf16(read_as::<_, u16, _>(file, bf16::from_bits).map_err(e)?),
             T::F16 => Data::F16(read_as::<_, u16, _>(file, f16::from_bits).map_err(e)?),
-            T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => Data::F8(file.into_vec::<u8>().map_err(e)?),
+            ty if crate::f8::is_minifloat(ty) => Data::F8(file.into_vec::<u8>().map_err(e)?),
             T::C64 => Data::C64(
                 read_as::<_, num_complex::Complex32, _>(file, |z| (z.re, z.im)).map_err(e)?,
             ),

@@ -167,7 +167,7 @@ fn from_bits(ty: T, dims: Vec<usize>, b: &[u64]) -> Array {
         T::F64 => Data::F64(b.iter().map(|&x| f64::from_bits(x)).collect()),
         T::Bf16 => Data::Bf16(b.iter().map(|&x| bf16::from_bits(x as u16)).collect()),
         T::F16 => Data::F16(b.iter().map(|&x| f16::from_bits(x as u16)).collect()),
-        T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => Data::F8(b.iter().map(|&x| x as u8).collect()),
+        _ if crate::f8::is_minifloat(ty) => Data::F8(b.iter().map(|&x| x as u8).collect()),
         T::C64 => Data::C64(
             b.iter()
                 .map(|&x| (f32::from_bits(x as u32), f32::from_bits((x >> 32) as u32)))
@@ -419,7 +419,7 @@ pub fn dot(
             let out = batched_matmul(bn, m, k, n, &x, ls, &y, rs)?;
             Ok(Array::new(ty, dims, Data::F64(out)))
         }
-        T::F32 | T::Bf16 | T::F16 | T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => {
+        _ if matches!(ty, T::F32 | T::Bf16 | T::F16) || crate::f8::is_minifloat(ty) => {
             let out = match (&lt.data, &rt.data) {
                 (Data::F32(x), Data::F32(y)) => batched_matmul(bn, m, k, n, x, ls, y, rs)?,
                 _ => batched_matmul(bn, m, k, n, &lt.to_f32s(), ls, &rt.to_f32s(), rs)?,

@@ -47,7 +47,7 @@ fn round_fn(ty: T) -> Box<dyn Fn(f32) -> f32> {
     match ty {
         T::Bf16 => Box::new(|x| bf16::from_f32(x).to_f32()),
         T::F16 => Box::new(|x| f16::from_f32(x).to_f32()),
-        T::F8E4M3FN | T::F8E5M2 => Box::new(move |x| f8_to_f32(ty, f32_to_f8(ty, x))),
+        _ if crate::f8::is_minifloat(ty) => Box::new(move |x| f8_to_f32(ty, f32_to_f8(ty, x))),
         _ => Box::new(|x| x),
     }
 }

@@ -18,7 +18,7 @@ pub enum Data {
     F64(Vec<f64>),
     Bf16(Vec<bf16>),
     F16(Vec<f16>),
-    /// f8e4m3fn / f8e5m2 bit patterns.
+    /// Bit patterns of the f8 and f4 types (`crate::f8`), one element per byte.
     F8(Vec<u8>),
     C64(Vec<(f32, f32)>),
 }
@@ -160,7 +160,7 @@ pub fn strides(dims: &[usize]) -> Vec<usize> {
 /// Checks that the interpreter can hold `ty`, naming it otherwise.
 pub fn check_type(ty: T) -> Result<(), InterpError> {
     match ty {
-        T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => Ok(()),
+        _ if crate::f8::is_minifloat(ty) => Ok(()),
         _ => match ty.kind() {
             TypeKind::Pred | TypeKind::Signed | TypeKind::Unsigned => Ok(()),
             TypeKind::Float if matches!(ty, T::F32 | T::F64 | T::Bf16 | T::F16) => Ok(()),
@@ -189,20 +189,9 @@ pub fn wrap_unsigned(v: u64, bits: u32) -> u64 {
     }
 }
 
+/// The value of minifloat (f8/f4) bits; NaNs widen to a quiet NaN keeping the sign.
 pub fn f8_to_f32(ty: T, b: u8) -> f32 {
-    if ty == T::F8E8M0FNU {
-        return crate::f8::decode_e8m0(b);
-    }
-    let x = match ty {
-        T::F8E5M2 => float8::F8E5M2::from_bits(b).to_f32(),
-        _ => float8::F8E4M3::from_bits(b).to_f32(),
-    };
-    // NaNs widen to the canonical quiet NaN (keeping the sign), as in ml_dtypes.
-    if x.is_nan() {
-        f32::NAN.copysign(if b & 0x80 != 0 { -1.0 } else { 1.0 })
-    } else {
-        x
-    }
+    crate::f8::decode(ty, b)
 }
 
 pub fn f32_to_f8(ty: T, x: f32) -> u8 {
@@ -234,8 +223,8 @@ impl Array {
             T::F64 => Data::F64(v.to_vec()),
             T::Bf16 => Data::Bf16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
             T::F16 => Data::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
-            T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => {
-                Data::F8(v.iter().map(|&x| f32_to_f8(ty, x as f32)).collect())
+            _ if crate::f8::is_minifloat(ty) => {
+                Data::F8(v.iter().map(|&x| crate::f8::encode_f64(ty, x)).collect())
             }
             T::C64 => Data::C64(v.iter().map(|&x| (x as f32, 0.0)).collect()),
             _ if ty.is_unsigned_int() => {
@@ -294,7 +283,7 @@ impl Array {
             T::F32 => Data::F32(v),
             T::Bf16 => Data::Bf16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
             T::F16 => Data::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-            T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => {
+            _ if crate::f8::is_minifloat(ty) => {
                 Data::F8(v.iter().map(|&x| f32_to_f8(ty, x)).collect())
             }
             T::F64 => Data::F64(v.into_iter().map(f64::from).collect()),
