@@ -140,13 +140,14 @@ def small_int_cases(tname, dt):
         m = rng.integers(info.min, info.max + 1, (3, 5)).astype(dt)
         n = rng.integers(info.min, info.max + 1, (5, 2)).astype(dt)
 
+        def f(fx, ix, v, m, *n):
+            out = (fx.astype(dt), ix.astype(dt), v.astype(jnp.float32), v.astype(jnp.int8),
+                   v.astype(jnp.uint8), v.astype(jnp.int32), v.astype(ml_dtypes.int4),
+                   v.astype(ml_dtypes.uint4), v.astype(jnp.bool_), v.astype(ml_dtypes.float8_e4m3fn),
+                   jnp.sum(m, axis=1, dtype=dt))
+            return out + tuple(lax.dot(m, x) for x in n)
         # XLA:CPU has no dot for 2-bit operands.
-        def f(fx, ix, v, m, n):
-            return (fx.astype(dt), ix.astype(dt), v.astype(jnp.float32), v.astype(jnp.int8),
-                    v.astype(jnp.uint8), v.astype(jnp.int32), v.astype(ml_dtypes.int4),
-                    v.astype(ml_dtypes.uint4), v.astype(jnp.bool_), v.astype(ml_dtypes.float8_e4m3fn),
-                    jnp.sum(m, axis=1, dtype=dt)) + ((lax.dot(m, n),) if info.bits == 4 else ())
-        return f, [fx, ix, v, m, n]
+        return f, [fx, ix, v, m] + ([n] if info.bits == 4 else [])
 
 
 for _t, _dt in MINIFLOATS.items():

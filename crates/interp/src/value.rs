@@ -21,6 +21,7 @@ pub enum Data {
     /// Bit patterns of the f8 and f4 types (`crate::f8`), one element per byte.
     F8(Vec<u8>),
     C64(Vec<(f32, f32)>),
+    C128(Vec<(f64, f64)>),
 }
 
 /// Applies `$body` to the vector inside any [`Data`] variant, rebuilding the same variant.
@@ -36,6 +37,7 @@ macro_rules! map_data {
             Data::F16($v) => Data::F16($body),
             Data::F8($v) => Data::F8($body),
             Data::C64($v) => Data::C64($body),
+            Data::C128($v) => Data::C128($body),
         }
     };
 }
@@ -53,6 +55,7 @@ impl Data {
             Data::F16(v) => v.len(),
             Data::F8(v) => v.len(),
             Data::C64(v) => v.len(),
+            Data::C128(v) => v.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -81,7 +84,7 @@ impl Data {
                 }
             };
         }
-        put!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64)
+        put!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64, C128)
     }
     /// Concatenates same-variant storages.
     pub fn concat(parts: &[&Data]) -> Result<Data, InterpError> {
@@ -107,7 +110,7 @@ impl Data {
                 }
             };
         }
-        ext!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64)
+        ext!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64, C128)
     }
 }
 
@@ -164,7 +167,7 @@ pub fn check_type(ty: T) -> Result<(), InterpError> {
         _ => match ty.kind() {
             TypeKind::Pred | TypeKind::Signed | TypeKind::Unsigned => Ok(()),
             TypeKind::Float if matches!(ty, T::F32 | T::F64 | T::Bf16 | T::F16) => Ok(()),
-            _ if ty == T::C64 => Ok(()),
+            TypeKind::Complex => Ok(()),
             _ => Err(InterpError::Unsupported(format!("element type '{ty}'"))),
         },
     }
@@ -227,6 +230,7 @@ impl Array {
                 Data::F8(v.iter().map(|&x| crate::f8::encode_f64(ty, x)).collect())
             }
             T::C64 => Data::C64(v.iter().map(|&x| (x as f32, 0.0)).collect()),
+            T::C128 => Data::C128(v.iter().map(|&x| (x, 0.0)).collect()),
             _ if ty.is_unsigned_int() => {
                 Data::U64(v.iter().map(|&x| wrap_unsigned(x as u64, bits)).collect())
             }
@@ -266,14 +270,17 @@ impl Array {
             Data::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             Data::F8(v) => v.iter().map(|&b| f8_to_f32(self.ty, b)).collect(),
             Data::C64(v) => v.iter().map(|x| x.0).collect(),
+            Data::C128(v) => v.iter().map(|x| x.0 as f32).collect(),
         }
     }
-    /// Every element as f64 (exact for every float type except huge ints).
+    /// Every element as f64 (exact for every float type except huge ints; complex
+    /// values give their real parts).
     pub fn to_f64s(&self) -> Vec<f64> {
         match &self.data {
             Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
             Data::U64(v) => v.iter().map(|&x| x as f64).collect(),
             Data::F64(v) => v.clone(),
+            Data::C128(v) => v.iter().map(|x| x.0).collect(),
             _ => self.to_f32s().into_iter().map(f64::from).collect(),
         }
     }
@@ -292,6 +299,16 @@ impl Array {
             }
         };
         Array::new(ty, dims, data)
+    }
+    /// Results of an op computed in f32 on element type `ty`. XLA:CPU runs
+    /// f8/f4 ops in f16 (its float normalization pass), so those round to f16
+    /// first and then to `ty`; that double rounding is visible at ties.
+    pub fn from_op_f32s(ty: T, dims: Vec<usize>, v: Vec<f32>) -> Array {
+        if crate::f8::format(ty).is_some() {
+            let v = v.into_iter().map(|x| f16::from_f32(x).to_f32()).collect();
+            return Array::from_f32s(ty, dims, v);
+        }
+        Array::from_f32s(ty, dims, v)
     }
     /// Integer values of an index operand (signed read as signed).
     pub fn to_index_i64s(&self) -> Result<Vec<i64>, InterpError> {
