@@ -113,6 +113,33 @@ def minifloat_cases(tname, dt):
         return f, [a, b]
 
 
+def minifloat_more(tname, dt):
+    @case(f"{tname}_more", f"{tname} transcendental and rounding ops, clamp/select, bitcast, sort, cumsum, pooling")
+    def _():
+        bits = all_patterns(dt)
+        fi = ml_dtypes.finfo(dt)
+        y = np.roll(bits, 5)
+        lo = np.full(bits.shape, -float(fi.max) / 4).astype(dt)
+        hi = np.full(bits.shape, float(fi.max) / 4).astype(dt)
+        m = (rng.standard_normal((4, 8)) * min(float(fi.max) / 8, 2.0)).astype(dt)
+        ubits = jnp.uint8 if fi.bits == 8 else None
+        has_inf = np.isinf(np.array(np.inf, np.float32).astype(dt).astype(np.float32))
+        init = np.array(-np.inf if has_inf else -float(fi.max), np.float32).astype(dt)
+
+        def f(x, y, lo, hi, m):
+            out = (lax.log(x), lax.log1p(x), lax.expm1(x), lax.tanh(x), lax.logistic(x), lax.sin(x),
+                   lax.cos(x), lax.atan2(x, y), lax.pow(x, y), lax.rem(x, y), lax.round(x), lax.ceil(x),
+                   lax.is_finite(x), lax.clamp(lo, x, hi), lax.select(x > y, x, y), lax.rsqrt(x),
+                   lax.integer_pow(x, 3), jnp.sort(m, axis=1), jnp.cumsum(m, axis=1),
+                   lax.reduce_window(m, init, lax.max, (2, 2), (1, 1), "VALID"),
+                   jnp.mean(m, axis=0), m.T @ m[:, :3] if fi.bits == 8 else m.T)
+            if ubits is not None:
+                out += (lax.bitcast_convert_type(x, ubits),
+                        lax.bitcast_convert_type(lax.bitcast_convert_type(x, jnp.int8), dt))
+            return out
+        return f, [bits, y, lo, hi, m]
+
+
 def small_int_cases(tname, dt):
     info = ml_dtypes.iinfo(dt)
     vals = np.arange(info.min, info.max + 1)
@@ -152,6 +179,7 @@ def small_int_cases(tname, dt):
 
 for _t, _dt in MINIFLOATS.items():
     minifloat_cases(_t, _dt)
+    minifloat_more(_t, _dt)
 for _t, _dt in SMALL_INTS.items():
     small_int_cases(_t, _dt)
 
@@ -198,6 +226,29 @@ def _():
                 r.astype(jnp.complex128), c64.astype(jnp.complex128), a[0].astype(jnp.complex64),
                 lax.complex(r, r * 2), jnp.real(a[0]).astype(jnp.float32), jnp.abs(a[0]))
     return f, [a, b, r, c64]
+
+
+@case("c128_more", "c128 conv, cumsum, triangular solve, cholesky, select, pad/concat/transpose, gather, scatter-add, while, integer_pow, rfft/irfft")
+def _():
+    z = rng.standard_normal((2, 3, 6)) + 1j * rng.standard_normal((2, 3, 6))
+    w = rng.standard_normal((4, 3, 3)) + 1j * rng.standard_normal((4, 3, 3))
+    a = rng.standard_normal((4, 4)) + 1j * rng.standard_normal((4, 4))
+    spd = a @ a.conj().T + 4 * np.eye(4)
+    r = rng.standard_normal((8,))
+    idx = np.array([0, 2, 2, 5], np.int32)
+
+    def f(z, w, spd, r, idx):
+        conv = lax.conv_general_dilated(z, w, (1,), "SAME")
+        tri = jax.scipy.linalg.solve_triangular(jnp.tril(spd), spd[:, :2], lower=True)
+        chol = jnp.linalg.cholesky(spd)
+        x = z[0, 0]
+        loop = lax.fori_loop(0, 3, lambda k, v: v * (1 + 0.5j) + 1, x)
+        return (conv, jnp.cumsum(z, axis=2), tri, chol, lax.select(x.real > 0, x, -x),
+                jnp.pad(x, (1, 2)), jnp.concatenate([x, x[::-1]]), z.transpose(2, 0, 1), x[idx],
+                jnp.zeros(6, jnp.complex128).at[idx].add(x[:4]), loop, lax.integer_pow(x, 3),
+                jnp.fft.rfft(r), jnp.fft.irfft(jnp.fft.rfft(r)), jnp.conj(x), jnp.angle(x),
+                jnp.isfinite(x), jnp.where(jnp.isnan(x), 0, x), lax.reduce_precision(r, 5, 10))
+    return f, [z, w, spd, r, idx]
 
 
 @case("pred_dot", "dot with a pred result (an or of ands), plain and batched")

@@ -12,6 +12,16 @@ use std::path::{Path, PathBuf};
 use tpusim_hlo::Shape;
 use tpusim_interp::{npz, Array, Data, Value};
 
+/// Outputs (`case outK`) that differ from XLA:CPU by an artifact of its
+/// approximations, each allowed one ulp of the narrow type, with the reason.
+/// The test fails if a listed output stops differing, so the list stays exact.
+const ARTIFACTS: &[(&str, &str)] = &[(
+    "dt_f8e3m4_more out2",
+    "expm1: XLA:CPU evaluates f8 ops in f16 with its own expm1 approximation; \
+     expm1(2.125) = 7.3728 lands on the f16 value 7.375, an f8e3m4 tie that \
+     rounds to 7.5, where the exact value rounds to 7.25",
+)];
+
 fn cases() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/interp_cases");
     let mut v: Vec<PathBuf> = std::fs::read_dir(root)
@@ -98,6 +108,22 @@ fn mismatch(got: &Array, want: &Array) -> Option<String> {
     None
 }
 
+/// Narrow-float outputs whose bit patterns are at most one apart in value order.
+fn within_one_ulp(got: &Array, want: &Array) -> bool {
+    let width = got.ty.bit_width();
+    let ordered = |b: u16| {
+        let sign = 1i32 << (width - 1);
+        let b = b as i32;
+        if b & sign != 0 {
+            -(b & (sign - 1))
+        } else {
+            b
+        }
+    };
+    let (g, w) = (bits(got), bits(want));
+    !g.is_empty() && g.len() == w.len() && g.iter().zip(&w).all(|(&x, &y)| (ordered(x) - ordered(y)).abs() <= 1)
+}
+
 fn bits(a: &Array) -> Vec<u16> {
     match &a.data {
         Data::F8(v) => v.iter().map(|&b| b as u16).collect(),
@@ -138,8 +164,17 @@ fn run(case: &Path, file: &str) -> (usize, Vec<String>) {
             bad.push(format!("{name} out{k}: tuple leaf"));
             continue;
         };
-        if let Some(e) = mismatch(g, w) {
-            bad.push(format!("{name} out{k} ({}): {e}", w.ty));
+        let key = format!("{} out{k}", name.split('/').next().unwrap_or_default());
+        let artifact = ARTIFACTS.iter().any(|(a, _)| *a == key);
+        match (mismatch(g, w), artifact) {
+            (Some(e), false) => bad.push(format!("{name} out{k} ({}): {e}", w.ty)),
+            (Some(e), true) if !within_one_ulp(g, w) => {
+                bad.push(format!("{name} out{k} ({}): beyond one ulp: {e}", w.ty))
+            }
+            (None, true) => bad.push(format!(
+                "{name} out{k}: listed in ARTIFACTS but matches XLA; remove it"
+            )),
+            _ => {}
         }
     }
     (want.len(), bad)
