@@ -116,14 +116,22 @@ fn max_nan<F: Real>(a: F, b: F) -> F {
     if a.is_nan() || b.is_nan() {
         F::NAN
     } else {
-        if a < b { b } else { a }
+        if a < b {
+            b
+        } else {
+            a
+        }
     }
 }
 fn min_nan<F: Real>(a: F, b: F) -> F {
     if a.is_nan() || b.is_nan() {
         F::NAN
     } else {
-        if b < a { b } else { a }
+        if b < a {
+            b
+        } else {
+            a
+        }
     }
 }
 
@@ -194,7 +202,8 @@ pub(crate) fn div<F: Real>(a: C<F>, b: C<F>) -> C<F> {
         return (cr, ci);
     }
     let inf = F::INF;
-    let unit_if = |cond: bool, sign_of: F| (if cond { k::<F>(1.0) } else { k::<F>(0.0) }).copysign(sign_of);
+    let unit_if =
+        |cond: bool, sign_of: F| (if cond { k::<F>(1.0) } else { k::<F>(0.0) }).copysign(sign_of);
     if br_abs == k::<F>(0.0) && bi_abs == k::<F>(0.0) && (!ar.is_nan() || !ai.is_nan()) {
         let s = inf.copysign(br);
         return (s * ar, s * ai);
@@ -207,7 +216,10 @@ pub(crate) fn div<F: Real>(a: C<F>, b: C<F>) -> C<F> {
     }
     if (infinite(br) || infinite(bi)) && finite(ar) && finite(ai) {
         let (sr, si) = (unit_if(infinite(br), br), unit_if(infinite(bi), bi));
-        return (k::<F>(0.0) * (ar * sr + ai * si), k::<F>(0.0) * (ai * sr - ar * si));
+        return (
+            k::<F>(0.0) * (ar * sr + ai * si),
+            k::<F>(0.0) * (ai * sr - ar * si),
+        );
     }
     (cr, ci)
 }
@@ -223,7 +235,11 @@ pub(crate) fn expm1_c<F: Real>(z: C<F>) -> C<F> {
     let em1 = expm1(a);
     let cm1 = cosm1(b);
     let re = em1 * (cm1 + k::<F>(1.0)) + cm1;
-    let im = if b == k::<F>(0.0) { k::<F>(0.0) } else { (em1 + k::<F>(1.0)) * sin(b) };
+    let im = if b == k::<F>(0.0) {
+        k::<F>(0.0)
+    } else {
+        (em1 + k::<F>(1.0)) * sin(b)
+    };
     (re, im)
 }
 
@@ -375,7 +391,14 @@ pub(crate) fn pow_c<F: Real>(x: C<F>, y: C<F>) -> C<F> {
         return (k::<F>(1.0), k::<F>(0.0));
     }
     if m == k::<F>(0.0) && d == k::<F>(0.0) && k::<F>(0.0) <= c {
-        return (if c == k::<F>(0.0) { k::<F>(1.0) } else { k::<F>(0.0) }, k::<F>(0.0));
+        return (
+            if c == k::<F>(0.0) {
+                k::<F>(1.0)
+            } else {
+                k::<F>(0.0)
+            },
+            k::<F>(0.0),
+        );
     }
     (coeff * cos(q), coeff * sin(q))
 }

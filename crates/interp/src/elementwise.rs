@@ -427,7 +427,11 @@ pub fn binary(
         (Data::Bf16(_), _) | (Data::F16(_), _) | (Data::F8(_), _) => {
             let f = float_binary32(op).ok_or_else(|| unsupported(op, a.ty))?;
             let (x, y) = (a.to_f32s(), b.to_f32s());
-            Ok(Array::from_op_f32s(out, dims, map2(&x, &y, |&p, &q| f(p, q))))
+            Ok(Array::from_op_f32s(
+                out,
+                dims,
+                map2(&x, &y, |&p, &q| f(p, q)),
+            ))
         }
         (Data::I64(x), Data::I64(y)) => {
             signed_binary(op, 0, 0, bits).ok_or_else(|| unsupported(op, a.ty))?;
@@ -649,11 +653,9 @@ fn to_complex(a: &Array, to: T) -> Data {
                 .map(|&(r, i)| (f64::from(r), f64::from(i)))
                 .collect(),
         ),
-        (Data::C128(v), T::C64) => Data::C64(
-            v.iter()
-                .map(|&(r, i)| (r as f32, i as f32))
-                .collect(),
-        ),
+        (Data::C128(v), T::C64) => {
+            Data::C64(v.iter().map(|&(r, i)| (r as f32, i as f32)).collect())
+        }
         (Data::C64(v), _) => Data::C64(v.clone()),
         (Data::C128(v), _) => Data::C128(v.clone()),
         (_, T::C128) => Data::C128(a.to_f64s().into_iter().map(|r| (r, 0.0)).collect()),

@@ -90,9 +90,7 @@ impl Format {
     /// The canonical NaN written for a NaN input of sign `sign`.
     fn nan_bits(&self, sign: u8) -> u8 {
         match self.nan {
-            NanCode::Ieee => {
-                sign | ((self.exp_ones() << self.man) | (1 << (self.man - 1))) as u8
-            }
+            NanCode::Ieee => sign | ((self.exp_ones() << self.man) | (1 << (self.man - 1))) as u8,
             NanCode::AllOnes => sign | ((self.exp_ones() << self.man) | self.man_mask()) as u8,
             NanCode::NegZero | NanCode::None => self.sign_bit(),
         }
@@ -266,29 +264,36 @@ mod tests {
         let table: [(T, [u8; 13]); 6] = [
             (
                 T::F8E4M3FNUZ,
-                [0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7f, 0x80, 0, 0, 1],
+                [
+                    0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7f, 0x80, 0, 0, 1,
+                ],
             ),
             (
                 T::F8E5M2FNUZ,
-                [0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7f, 0x80, 0, 0, 1],
+                [
+                    0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7f, 0x80, 0, 0, 1,
+                ],
             ),
             (
                 T::F8E4M3B11FNUZ,
-                [0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7f, 0x80, 0, 0, 1],
+                [
+                    0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7f, 0x80, 0, 0, 1,
+                ],
             ),
             (
                 T::F8E4M3,
-                [0, 0x80, 0x78, 0xf8, 0x7c, 0xfc, 0x78, 0xf8, 0x77, 0x78, 0, 0x80, 1],
+                [
+                    0, 0x80, 0x78, 0xf8, 0x7c, 0xfc, 0x78, 0xf8, 0x77, 0x78, 0, 0x80, 1,
+                ],
             ),
             (
                 T::F8E3M4,
-                [0, 0x80, 0x70, 0xf0, 0x78, 0xf8, 0x70, 0xf0, 0x6f, 0x70, 0, 0x80, 1],
+                [
+                    0, 0x80, 0x70, 0xf0, 0x78, 0xf8, 0x70, 0xf0, 0x6f, 0x70, 0, 0x80, 1,
+                ],
             ),
             // XLA (not ml_dtypes) writes −NaN as 0x8 too.
-            (
-                T::F4E2M1FN,
-                [0, 8, 7, 0xf, 8, 8, 7, 0xf, 7, 7, 0, 8, 1],
-            ),
+            (T::F4E2M1FN, [0, 8, 7, 0xf, 8, 8, 7, 0xf, 7, 7, 0, 8, 1]),
         ];
         for (ty, want) in table {
             let f = format(ty).expect("minifloat");

@@ -32,7 +32,11 @@ fn from_complex(ty: T, dims: Vec<usize>, v: &[C]) -> Array {
             Data::C64(v.iter().map(|z| (z.re as f32, z.im as f32)).collect()),
         )
     } else if ty == T::C128 {
-        Array::new(ty, dims, Data::C128(v.iter().map(|z| (z.re, z.im)).collect()))
+        Array::new(
+            ty,
+            dims,
+            Data::C128(v.iter().map(|z| (z.re, z.im)).collect()),
+        )
     } else {
         Array::from_f64s(ty, dims, &v.iter().map(|z| z.re).collect::<Vec<_>>())
     }
