@@ -292,6 +292,27 @@ def _():
     return f, [z, w, spd, r, idx]
 
 
+@case("c128_more2", "c128 inverse trig/hyperbolic functions, cumprod, fft2/ifft2, sort_complex, square, reciprocal")
+def _():
+    z = rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))
+
+    def f(z):
+        return (jnp.arcsin(z), jnp.arccos(z), jnp.arctan(z), jnp.arcsinh(z), jnp.arccosh(z),
+                jnp.arctanh(z), jnp.sinh(z), jnp.cosh(z), jnp.cumprod(z, axis=1), jnp.fft.fft2(z),
+                jnp.fft.ifft2(z), jnp.sort_complex(z[0]), jnp.square(z), jnp.reciprocal(z),
+                z ** 2.5, jnp.exp2(z), jnp.log10(z), jnp.sum(z, axis=0).astype(jnp.complex64))
+    return f, [z]
+
+
+@case("c128_specials2", "c128 inverse trig/hyperbolic and derived functions on the inf/nan/zero grid")
+def _():
+    def f(z):
+        return (jnp.arcsin(z), jnp.arccos(z), jnp.arctan(z), jnp.arcsinh(z), jnp.arccosh(z),
+                jnp.arctanh(z), jnp.sinh(z), jnp.cosh(z), jnp.square(z), jnp.reciprocal(z),
+                jnp.exp2(z), jnp.log10(z), z.astype(jnp.complex64), jnp.isfinite(z))
+    return f, [GRID]
+
+
 @case("pred_dot", "dot with a pred result (an or of ands), plain and batched")
 def _():
     x = rng.random((4, 6)) < 0.3
