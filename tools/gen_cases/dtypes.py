@@ -140,6 +140,25 @@ def minifloat_more(tname, dt):
         return f, [bits, y, lo, hi, m]
 
 
+def minifloat_movement(tname, dt):
+    @case(f"{tname}_ops", f"{tname} conv, argmax, top_k, gather/scatter-add, dynamic slices, pad, reduce_precision")
+    def _():
+        fi = ml_dtypes.finfo(dt)
+        scale = min(float(fi.max) / 16, 2.0)
+        x = (rng.standard_normal((2, 3, 8)) * scale).astype(dt)
+        w = (rng.standard_normal((4, 3, 3)) * scale).astype(dt)
+        v = (rng.standard_normal((10,)) * scale).astype(dt)
+        idx = np.array([1, 3, 3, 7], np.int32)
+
+        def f(v, idx, x, w):
+            return (jnp.argmax(v), lax.top_k(v, 3)[0], v[idx], v.at[idx].add(v[:4]),
+                    lax.dynamic_slice(v, (idx[1],), (4,)), lax.dynamic_update_slice(v, v[:3], (idx[2],)),
+                    jnp.pad(v, (2, 1), constant_values=1.0), lax.reduce_precision(v.astype(jnp.float32), 2, 3),
+                    jnp.flip(v), jnp.concatenate([v, v[::2]]), jnp.cumsum(v[::-1]), jnp.argsort(v),
+                    lax.conv_general_dilated(x, w, (1,), "SAME"))
+        return f, [v, idx, x, w]
+
+
 def small_int_cases(tname, dt):
     info = ml_dtypes.iinfo(dt)
     vals = np.arange(info.min, info.max + 1)
@@ -180,6 +199,7 @@ def small_int_cases(tname, dt):
 for _t, _dt in MINIFLOATS.items():
     minifloat_cases(_t, _dt)
     minifloat_more(_t, _dt)
+    minifloat_movement(_t, _dt)
 
 # f8e8m0fnu: conversions only, over f32-normal values. XLA:CPU computes its
 # ops in f32 with subnormals flushed (2^-127, its smallest value, is an f32
