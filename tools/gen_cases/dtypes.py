@@ -333,6 +333,20 @@ def _():
     return f, [GRID]
 
 
+@case("subbyte_bitcast", "bitcast-convert between bytes and 4-/2-bit types (little-endian nibbles)")
+def _():
+    b = np.array([0x12, 0xF7, 0x80, 0x0F, 0x70, 0xFF], np.uint8)
+    s4 = np.array([[1, 2], [-1, 7], [-8, 0]], ml_dtypes.int4)
+    f4 = np.arange(16, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn).reshape(8, 2)
+
+    def f(b, s4, f4):
+        return (lax.bitcast_convert_type(b, ml_dtypes.int4), lax.bitcast_convert_type(b, ml_dtypes.uint4),
+                lax.bitcast_convert_type(b, ml_dtypes.float4_e2m1fn), lax.bitcast_convert_type(b, ml_dtypes.int2),
+                lax.bitcast_convert_type(b.view(np.int8), ml_dtypes.uint2),
+                lax.bitcast_convert_type(s4, jnp.uint8), lax.bitcast_convert_type(f4, jnp.int8))
+    return f, [b, s4, f4]
+
+
 @case("pred_dot", "dot with a pred result (an or of ands), plain and batched")
 def _():
     x = rng.random((4, 6)) < 0.3

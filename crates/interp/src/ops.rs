@@ -193,7 +193,9 @@ pub(crate) fn bitcast_convert(a: &Array, ty: T, dims: Vec<usize>) -> Result<Arra
     if src == dst {
         return Ok(from_bits(ty, dims, &b));
     }
-    if !src.is_multiple_of(8) || !dst.is_multiple_of(8) {
+    // Sub-byte types split or pack little-endian like the rest (s8 -> s4[2]).
+    let (narrow, wide) = (src.min(dst), src.max(dst));
+    if narrow == 0 || !wide.is_multiple_of(narrow) {
         return Err(InterpError::Unsupported(format!(
             "bitcast-convert between '{}' and '{ty}'",
             a.ty
