@@ -155,7 +155,8 @@ def minifloat_movement(tname, dt):
                     lax.dynamic_slice(v, (idx[1],), (4,)), lax.dynamic_update_slice(v, v[:3], (idx[2],)),
                     jnp.pad(v, (2, 1), constant_values=1.0), lax.reduce_precision(v.astype(jnp.float32), 2, 3),
                     jnp.flip(v), jnp.concatenate([v, v[::2]]), jnp.cumsum(v[::-1]), jnp.argsort(v),
-                    lax.conv_general_dilated(x, w, (1,), "SAME"))
+                    lax.conv_general_dilated(x, w, (1,), "SAME"), lax.reduce_precision(v, 2, 1),
+                    lax.reduce_precision(v, 3, 2))
         return f, [v, idx, x, w]
 
 
