@@ -88,7 +88,7 @@ pub fn unary(op: Opcode, a: &Array, out: T) -> Result<Array, InterpError> {
         };
         return Ok(Array::new(T::Pred, dims, Data::Pred(v)));
     }
-    if let Data::C64(_) = a.data {
+    if let Data::C64(_) | Data::C128(_) = a.data {
         return crate::complex::unary(op, a, out);
     }
     let bits = a.ty.bit_width();
@@ -103,7 +103,7 @@ pub fn unary(op: Opcode, a: &Array, out: T) -> Result<Array, InterpError> {
                 Data::F32(x) => map1(x, |&x| f(x)),
                 _ => map1(&a.to_f32s(), |&x| f(x)),
             };
-            Ok(Array::from_f32s(out, dims, v))
+            Ok(Array::from_op_f32s(out, dims, v))
         }
         Data::I64(v) => {
             let mask = wrap_unsigned(u64::MAX, bits);
@@ -403,7 +403,7 @@ pub fn binary(
     if op == Opcode::Complex {
         return crate::complex::make(a, b, out);
     }
-    if let Data::C64(_) = a.data {
+    if let Data::C64(_) | Data::C128(_) = a.data {
         return crate::complex::binary(op, a, b, out);
     }
     let bits = a.ty.bit_width();
@@ -427,7 +427,11 @@ pub fn binary(
         (Data::Bf16(_), _) | (Data::F16(_), _) | (Data::F8(_), _) => {
             let f = float_binary32(op).ok_or_else(|| unsupported(op, a.ty))?;
             let (x, y) = (a.to_f32s(), b.to_f32s());
-            Ok(Array::from_f32s(out, dims, map2(&x, &y, |&p, &q| f(p, q))))
+            Ok(Array::from_op_f32s(
+                out,
+                dims,
+                map2(&x, &y, |&p, &q| f(p, q)),
+            ))
         }
         (Data::I64(x), Data::I64(y)) => {
             signed_binary(op, 0, 0, bits).ok_or_else(|| unsupported(op, a.ty))?;
@@ -499,17 +503,8 @@ fn compare(
         (Data::U64(x), Data::U64(y)) => cmp_all(x, y, dir, |p, q| Some(p.cmp(&q))),
         (Data::F32(x), Data::F32(y)) if total => cmp_all(x, y, dir, |p, q| Some(p.total_cmp(&q))),
         (Data::F32(x), Data::F32(y)) => cmp_all(x, y, dir, |p, q| p.partial_cmp(&q)),
-        (Data::C64(x), Data::C64(y)) => {
-            if dir != "EQ" && dir != "NE" {
-                return Err(InterpError::Unsupported(format!(
-                    "compare direction '{dir}' on c64"
-                )));
-            }
-            Ok(x.iter()
-                .zip(y)
-                .map(|(p, q)| (p == q) == (dir == "EQ"))
-                .collect())
-        }
+        (Data::C64(x), Data::C64(y)) => complex_eq(x, y, dir, a.ty),
+        (Data::C128(x), Data::C128(y)) => complex_eq(x, y, dir, a.ty),
         _ => {
             let (x, y) = (a.to_f64s(), b.to_f64s());
             if total {
@@ -519,6 +514,19 @@ fn compare(
             }
         }
     }
+}
+
+/// EQ/NE of complex values (componentwise IEEE equality); other directions are errors.
+fn complex_eq<X: PartialEq>(x: &[X], y: &[X], dir: &str, ty: T) -> Result<Vec<bool>, InterpError> {
+    if dir != "EQ" && dir != "NE" {
+        return Err(InterpError::Unsupported(format!(
+            "compare direction '{dir}' on {ty}"
+        )));
+    }
+    Ok(x.iter()
+        .zip(y)
+        .map(|(p, q)| (p == q) == (dir == "EQ"))
+        .collect())
 }
 
 /// `clamp(lo, x, hi)` with scalar or full-shape bounds.
@@ -561,6 +569,7 @@ pub fn convert(a: &Array, to: T) -> Result<Array, InterpError> {
             Data::I64(v) => v.iter().map(|&x| x != 0).collect(),
             Data::U64(v) => v.iter().map(|&x| x != 0).collect(),
             Data::C64(v) => v.iter().map(|&(r, i)| r != 0.0 || i != 0.0).collect(),
+            Data::C128(v) => v.iter().map(|&(r, i)| r != 0.0 || i != 0.0).collect(),
             _ => a.to_f64s().iter().map(|&x| x != 0.0).collect(),
         };
         return Ok(Array::new(to, dims, Data::Pred(v)));
@@ -586,36 +595,38 @@ pub fn convert(a: &Array, to: T) -> Result<Array, InterpError> {
             }
             (Data::U64(v), false) => Data::U64(v.iter().map(|&x| wrap_unsigned(x, bits)).collect()),
             (_, signed) => {
-                let f = match &a.data {
-                    Data::C64(v) => v.iter().map(|c| c.0 as f64).collect(),
-                    _ => a.to_f64s(),
+                // Complex sources convert their real parts.
+                let f = a.to_f64s();
+                // XLA saturates by comparing with the bounds rounded to the source
+                // type: f4e2m1fn rounds 7 (or 2^31 - 1) to 6.0, so 6.0 gives the max.
+                let src = a.ty.complex_component().unwrap_or(a.ty);
+                let in_src = |v: f64| Array::from_f64s(src, vec![1], &[v]).to_f64s()[0];
+                let (lo_s, hi_s) = (in_src(lo), in_src(hi));
+                let sat = |x: f64| {
+                    if x >= hi_s {
+                        hi
+                    } else if x <= lo_s {
+                        lo
+                    } else {
+                        x
+                    }
                 };
                 if signed {
                     // `as` saturates at i64 and maps NaN to 0; then clamp to the width.
                     Data::I64(
                         f.iter()
-                            .map(|&x| (x as i64).clamp(lo as i64, hi as i64))
+                            .map(|&x| (sat(x) as i64).clamp(lo as i64, hi as i64))
                             .collect(),
                     )
                 } else {
-                    Data::U64(f.iter().map(|&x| (x as u64).min(hi as u64)).collect())
+                    Data::U64(f.iter().map(|&x| (sat(x) as u64).min(hi as u64)).collect())
                 }
             }
         };
         return Ok(Array::new(to, dims, data));
     }
-    if to == T::C64 {
-        let re = match &a.data {
-            Data::F64(v) => v.iter().map(|&x| x as f32).collect(),
-            Data::I64(v) => v.iter().map(|&x| x as f32).collect(),
-            Data::U64(v) => v.iter().map(|&x| x as f32).collect(),
-            _ => a.to_f32s(),
-        };
-        return Ok(Array::new(
-            to,
-            dims,
-            Data::C64(re.into_iter().map(|r| (r, 0.0)).collect()),
-        ));
+    if to.is_complex() {
+        return Ok(Array::new(to, dims, to_complex(a, to)));
     }
     // Float targets: one rounding from the exact source value.
     Ok(match (&a.data, to) {
@@ -625,12 +636,32 @@ pub fn convert(a: &Array, to: T) -> Result<Array, InterpError> {
         (Data::U64(v), T::F32) => {
             Array::new(to, dims, Data::F32(v.iter().map(|&x| x as f32).collect()))
         }
-        (Data::C64(v), _) => {
-            Array::from_f64s(to, dims, &v.iter().map(|c| c.0 as f64).collect::<Vec<_>>())
-        }
+        (Data::C64(_) | Data::C128(_), _) => Array::from_f64s(to, dims, &a.to_f64s()),
         (Data::F8(_), _) | (Data::Bf16(_), _) | (Data::F16(_), _) | (Data::F32(_), _) => {
             Array::from_f32s(to, dims, a.to_f32s())
         }
         _ => Array::from_f64s(to, dims, &a.to_f64s()),
     })
+}
+
+/// `convert` to c64 or c128: complex sources round each component, real ones
+/// become the real part (one rounding from the exact value).
+fn to_complex(a: &Array, to: T) -> Data {
+    match (&a.data, to) {
+        (Data::C64(v), T::C128) => Data::C128(
+            v.iter()
+                .map(|&(r, i)| (f64::from(r), f64::from(i)))
+                .collect(),
+        ),
+        (Data::C128(v), T::C64) => {
+            Data::C64(v.iter().map(|&(r, i)| (r as f32, i as f32)).collect())
+        }
+        (Data::C64(v), _) => Data::C64(v.clone()),
+        (Data::C128(v), _) => Data::C128(v.clone()),
+        (_, T::C128) => Data::C128(a.to_f64s().into_iter().map(|r| (r, 0.0)).collect()),
+        (Data::F64(v), _) => Data::C64(v.iter().map(|&x| (x as f32, 0.0)).collect()),
+        (Data::I64(v), _) => Data::C64(v.iter().map(|&x| (x as f32, 0.0)).collect()),
+        (Data::U64(v), _) => Data::C64(v.iter().map(|&x| (x as f32, 0.0)).collect()),
+        _ => Data::C64(a.to_f32s().into_iter().map(|r| (r, 0.0)).collect()),
+    }
 }

@@ -403,14 +403,14 @@ fn literal_value(lit: &Literal, shape: &Shape) -> Result<Value, InterpError> {
                 LiteralData::Int(v) => Array::from_i64s(ty, dims, v),
                 LiteralData::Float(v) => Array::from_f64s(ty, dims, v),
                 LiteralData::Complex(v) => {
-                    if ty != tpusim_hlo::PrimitiveType::C64 {
-                        return Err(InterpError::Unsupported(format!("element type '{ty}'")));
-                    }
-                    Array::new(
-                        ty,
-                        dims,
-                        crate::Data::C64(v.iter().map(|&(r, i)| (r as f32, i as f32)).collect()),
-                    )
+                    let data = match ty {
+                        tpusim_hlo::PrimitiveType::C64 => {
+                            crate::Data::C64(v.iter().map(|&(r, i)| (r as f32, i as f32)).collect())
+                        }
+                        tpusim_hlo::PrimitiveType::C128 => crate::Data::C128(v.clone()),
+                        _ => return Err(InterpError::Unsupported(format!("element type '{ty}'"))),
+                    };
+                    Array::new(ty, dims, data)
                 }
                 LiteralData::Token => return Err(InterpError::Unsupported("token values".into())),
             };

@@ -55,6 +55,7 @@ fn complex_input(a: &Array) -> Vec<Complex64> {
             .iter()
             .map(|&(r, i)| Complex64::new(r as f64, i as f64))
             .collect(),
+        Data::C128(v) => v.iter().map(|&(r, i)| Complex64::new(r, i)).collect(),
         _ => a
             .to_f64s()
             .into_iter()
@@ -106,6 +107,8 @@ pub fn fft(
     };
     let data = if ty == T::C64 {
         Data::C64(out.iter().map(|z| (z.re as f32, z.im as f32)).collect())
+    } else if ty == T::C128 {
+        Data::C128(out.iter().map(|z| (z.re, z.im)).collect())
     } else {
         return Ok(Array::from_f64s(
             ty,

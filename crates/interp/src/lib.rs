@@ -21,7 +21,7 @@ mod conv;
 mod dots;
 mod elementwise;
 mod eval;
-mod f8;
+pub mod f8;
 mod fastmath;
 mod fft;
 mod fused;

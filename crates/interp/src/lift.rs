@@ -84,7 +84,7 @@ fn select(p: &Array, t: &Array, f: &Array) -> Result<Array, InterpError> {
             }
         };
     }
-    let data = pick!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64);
+    let data = pick!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64, C128);
     Ok(Array::new(t.ty, t.dims.clone(), data))
 }
 

@@ -15,6 +15,7 @@ fn internal(msg: impl Into<String>) -> InterpError {
 fn to_complex(a: &Array) -> Result<Vec<C>, InterpError> {
     match &a.data {
         Data::C64(v) => Ok(v.iter().map(|&(r, i)| C::new(r as f64, i as f64)).collect()),
+        Data::C128(v) => Ok(v.iter().map(|&(r, i)| C::new(r, i)).collect()),
         _ if a.ty.is_float() => Ok(a.to_f64s().into_iter().map(|r| C::new(r, 0.0)).collect()),
         _ => Err(InterpError::Unsupported(format!(
             "linear algebra on element type '{}'",
@@ -29,6 +30,12 @@ fn from_complex(ty: T, dims: Vec<usize>, v: &[C]) -> Array {
             ty,
             dims,
             Data::C64(v.iter().map(|z| (z.re as f32, z.im as f32)).collect()),
+        )
+    } else if ty == T::C128 {
+        Array::new(
+            ty,
+            dims,
+            Data::C128(v.iter().map(|z| (z.re, z.im)).collect()),
         )
     } else {
         Array::from_f64s(ty, dims, &v.iter().map(|z| z.re).collect::<Vec<_>>())

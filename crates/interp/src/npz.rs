@@ -2,9 +2,10 @@
 //!
 //! Dtype mapping (as in the reference cases): bf16 and f16 travel as their `uint16`
 //! bit patterns, except that a real `float16` array is also accepted for f16; f8
-//! types travel as `uint8` bits; everything else maps to the natural NumPy dtype.
+//! and f4 types travel as `uint8` bits (one element per byte), s4/s2/s1 as
+//! `int8` and u4/u2/u1 as `uint8` values; everything else maps to the natural NumPy dtype.
 
-use crate::value::{check_type, Array, Data, Value};
+use crate::value::{check_type, wrap_signed, wrap_unsigned, Array, Data, Value};
 use crate::InterpError;
 use half::{bf16, f16};
 use npyz::WriterBuilder;
@@ -27,19 +28,21 @@ fn io(path: &Path, e: impl std::fmt::Display) -> InterpError {
 pub fn numpy_descr(ty: T) -> Result<&'static str, InterpError> {
     Ok(match ty {
         T::Pred => "|b1",
-        T::S8 => "|i1",
+        // Sub-byte integers travel one value per byte (as JAX's int4 arrays widen).
+        T::S8 | T::S4 | T::S2 | T::S1 => "|i1",
         T::S16 => "<i2",
         T::S32 => "<i4",
         T::S64 => "<i8",
-        T::U8 => "|u1",
+        T::U8 | T::U4 | T::U2 | T::U1 => "|u1",
         T::U16 => "<u2",
         T::U32 => "<u4",
         T::U64 => "<u8",
         T::F32 => "<f4",
         T::F64 => "<f8",
         T::Bf16 | T::F16 => "<u2",
-        T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => "|u1",
+        _ if crate::f8::is_minifloat(ty) => "|u1",
         T::C64 => "<c8",
+        T::C128 => "<c16",
         _ => {
             return Err(InterpError::Unsupported(format!(
                 "npz storage of element type '{ty}'"
@@ -176,6 +179,15 @@ fn read_arrays(
         let data = match s.ty {
             T::Pred => Data::Pred(file.into_vec::<bool>().map_err(e)?),
             T::S8 => Data::I64(read_as::<_, i8, _>(file, i64::from).map_err(e)?),
+            // Wrapped to the width, as the interpreter keeps every signed value.
+            T::S4 | T::S2 | T::S1 => {
+                let bits = s.ty.bit_width();
+                Data::I64(read_as::<_, i8, _>(file, |x| wrap_signed(x.into(), bits)).map_err(e)?)
+            }
+            T::U4 | T::U2 | T::U1 => {
+                let bits = s.ty.bit_width();
+                Data::U64(read_as::<_, u8, _>(file, |x| wrap_unsigned(x.into(), bits)).map_err(e)?)
+            }
             T::S16 => Data::I64(read_as::<_, i16, _>(file, i64::from).map_err(e)?),
             T::S32 => Data::I64(read_as::<_, i32, _>(file, i64::from).map_err(e)?),
             T::S64 => Data::I64(file.into_vec::<i64>().map_err(e)?),
@@ -188,9 +200,12 @@ fn read_arrays(
             // Narrow floats travel as their bit patterns (the jax_cases convention).
             T::Bf16 => Data::Bf16(read_as::<_, u16, _>(file, bf16::from_bits).map_err(e)?),
             T::F16 => Data::F16(read_as::<_, u16, _>(file, f16::from_bits).map_err(e)?),
-            T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => Data::F8(file.into_vec::<u8>().map_err(e)?),
+            ty if crate::f8::is_minifloat(ty) => Data::F8(file.into_vec::<u8>().map_err(e)?),
             T::C64 => Data::C64(
                 read_as::<_, num_complex::Complex32, _>(file, |z| (z.re, z.im)).map_err(e)?,
+            ),
+            T::C128 => Data::C128(
+                read_as::<_, num_complex::Complex64, _>(file, |z| (z.re, z.im)).map_err(e)?,
             ),
             ty => {
                 return Err(InterpError::Unsupported(format!(
@@ -230,11 +245,11 @@ pub fn write_outputs(path: &Path, leaves: &[Value]) -> Result<(), InterpError> {
         }
         match (&a.data, a.ty) {
             (Data::Pred(v), _) => put!(bool, v.iter().copied()),
-            (Data::I64(v), T::S8) => put!(i8, v.iter().map(|&x| x as i8)),
+            (Data::I64(v), T::S8 | T::S4 | T::S2 | T::S1) => put!(i8, v.iter().map(|&x| x as i8)),
             (Data::I64(v), T::S16) => put!(i16, v.iter().map(|&x| x as i16)),
             (Data::I64(v), T::S32) => put!(i32, v.iter().map(|&x| x as i32)),
             (Data::I64(v), T::S64) => put!(i64, v.iter().copied()),
-            (Data::U64(v), T::U8) => put!(u8, v.iter().map(|&x| x as u8)),
+            (Data::U64(v), T::U8 | T::U4 | T::U2 | T::U1) => put!(u8, v.iter().map(|&x| x as u8)),
             (Data::U64(v), T::U16) => put!(u16, v.iter().map(|&x| x as u16)),
             (Data::U64(v), T::U32) => put!(u32, v.iter().map(|&x| x as u32)),
             (Data::U64(v), T::U64) => put!(u64, v.iter().copied()),
@@ -247,6 +262,11 @@ pub fn write_outputs(path: &Path, leaves: &[Value]) -> Result<(), InterpError> {
                 num_complex::Complex32,
                 v.iter()
                     .map(|&(re, im)| num_complex::Complex32::new(re, im))
+            ),
+            (Data::C128(v), _) => put!(
+                num_complex::Complex64,
+                v.iter()
+                    .map(|&(re, im)| num_complex::Complex64::new(re, im))
             ),
             _ => {
                 return Err(InterpError::Unsupported(format!(

@@ -156,6 +156,8 @@ fn to_bits(a: &Array) -> Vec<u64> {
             .iter()
             .map(|c| c.0.to_bits() as u64 | ((c.1.to_bits() as u64) << 32))
             .collect(),
+        // 128-bit elements do not fit; `bitcast_convert` refuses them before this.
+        Data::C128(v) => v.iter().map(|c| c.0.to_bits()).collect(),
     }
 }
 
@@ -167,7 +169,7 @@ fn from_bits(ty: T, dims: Vec<usize>, b: &[u64]) -> Array {
         T::F64 => Data::F64(b.iter().map(|&x| f64::from_bits(x)).collect()),
         T::Bf16 => Data::Bf16(b.iter().map(|&x| bf16::from_bits(x as u16)).collect()),
         T::F16 => Data::F16(b.iter().map(|&x| f16::from_bits(x as u16)).collect()),
-        T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => Data::F8(b.iter().map(|&x| x as u8).collect()),
+        _ if crate::f8::is_minifloat(ty) => Data::F8(b.iter().map(|&x| x as u8).collect()),
         T::C64 => Data::C64(
             b.iter()
                 .map(|&x| (f32::from_bits(x as u32), f32::from_bits((x >> 32) as u32)))
@@ -181,11 +183,19 @@ fn from_bits(ty: T, dims: Vec<usize>, b: &[u64]) -> Array {
 
 pub(crate) fn bitcast_convert(a: &Array, ty: T, dims: Vec<usize>) -> Result<Array, InterpError> {
     let (src, dst) = (a.ty.bit_width(), ty.bit_width());
+    if src > 64 || dst > 64 {
+        return Err(InterpError::Unsupported(format!(
+            "bitcast-convert between '{}' and '{ty}'",
+            a.ty
+        )));
+    }
     let b = to_bits(a);
     if src == dst {
         return Ok(from_bits(ty, dims, &b));
     }
-    if !src.is_multiple_of(8) || !dst.is_multiple_of(8) {
+    // Sub-byte types split or pack little-endian like the rest (s8 -> s4[2]).
+    let (narrow, wide) = (src.min(dst), src.max(dst));
+    if narrow == 0 || !wide.is_multiple_of(narrow) {
         return Err(InterpError::Unsupported(format!(
             "bitcast-convert between '{}' and '{ty}'",
             a.ty
@@ -303,28 +313,6 @@ pub fn dynamic_update_slice(a: &Array, upd: &Array, starts: &[i64]) -> Result<Ar
     Ok(out)
 }
 
-/// Batched dense row-major f32 GEMM (`[bn, m, k] x [bn, k, n]`), for kernels that
-/// build their own operands (complex dots).
-pub(crate) fn gemm_f32(
-    x: &[f32],
-    y: &[f32],
-    bn: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-) -> Result<Vec<f32>, InterpError> {
-    batched_matmul(
-        bn,
-        m,
-        k,
-        n,
-        x,
-        Strides::dense(m, k),
-        y,
-        Strides::dense(k, n),
-    )
-}
-
 fn dot_dims(interp: &Interp, id: InstrId, name: &str) -> Vec<usize> {
     interp
         .m
@@ -419,23 +407,20 @@ pub fn dot(
             let out = batched_matmul(bn, m, k, n, &x, ls, &y, rs)?;
             Ok(Array::new(ty, dims, Data::F64(out)))
         }
-        T::F32 | T::Bf16 | T::F16 | T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => {
+        _ if matches!(ty, T::F32 | T::Bf16 | T::F16) || crate::f8::is_minifloat(ty) => {
             let out = match (&lt.data, &rt.data) {
                 (Data::F32(x), Data::F32(y)) => batched_matmul(bn, m, k, n, x, ls, y, rs)?,
                 _ => batched_matmul(bn, m, k, n, &lt.to_f32s(), ls, &rt.to_f32s(), rs)?,
             };
-            Ok(Array::from_f32s(ty, dims, out))
+            Ok(Array::from_op_f32s(ty, dims, out))
         }
-        T::C64 => {
+        T::C64 | T::C128 => {
             // The complex kernel takes dense [B, M, K] x [B, K, N] operands.
             let lperm: Vec<usize> = lb.iter().chain(&lf).chain(lc).copied().collect();
             let rperm: Vec<usize> = rb.iter().chain(rc).chain(&rf).copied().collect();
             let (x, y) = (transpose(lhs, &lperm)?, transpose(rhs, &rperm)?);
-            Ok(Array::new(
-                ty,
-                dims,
-                Data::C64(crate::complex::gemm(&x, &y, bn, m, k, n)?),
-            ))
+            let data = crate::complex::gemm(&x, &y, (bn, m, k, n), ty)?;
+            Ok(Array::new(ty, dims, data))
         }
         _ => Err(InterpError::Unsupported(format!(
             "dot with result type '{ty}'"
@@ -972,6 +957,11 @@ fn fast_reduce(
             dims,
             Data::C64(crate::complex::fold(op, v, i[0], groups)?),
         ),
+        (Data::C128(v), Data::C128(i)) => Array::new(
+            x.ty,
+            dims,
+            Data::C128(crate::complex::fold(op, v, i[0], groups)?),
+        ),
         _ => {
             // f32 and narrower floats: accumulate in f32 per step, rounding like the
             // element type after each step for narrow types (the evaluator's semantics).
@@ -985,10 +975,10 @@ fn fast_reduce(
                 fold!(v, i[0], f)
             } else {
                 let ty = x.ty;
-                let round = move |y: f32| Array::from_f32s(ty, vec![1], vec![y]).to_f32s()[0];
+                let round = move |y: f32| Array::from_op_f32s(ty, vec![1], vec![y]).to_f32s()[0];
                 fold!(v, i[0], |a, b| round(f(a, b)))
             };
-            Array::from_f32s(x.ty, dims, r)
+            Array::from_op_f32s(x.ty, dims, r)
         }
     })
 }

@@ -4,7 +4,7 @@ use crate::elementwise as ew;
 use crate::eval::Interp;
 use crate::gather::{dims_attr, offsets, StartIndices};
 use crate::lift::{call_scalar, internal, lift_all, scalar_at};
-use crate::value::{f32_to_f8, f8_to_f32, strides, Array, Data, Value};
+use crate::value::{strides, Array, Data, Value};
 use crate::InterpError;
 use half::{bf16, f16};
 use std::rc::Rc;
@@ -47,7 +47,9 @@ fn round_fn(ty: T) -> Box<dyn Fn(f32) -> f32> {
     match ty {
         T::Bf16 => Box::new(|x| bf16::from_f32(x).to_f32()),
         T::F16 => Box::new(|x| f16::from_f32(x).to_f32()),
-        T::F8E4M3FN | T::F8E5M2 => Box::new(move |x| f8_to_f32(ty, f32_to_f8(ty, x))),
+        _ if crate::f8::is_minifloat(ty) => {
+            Box::new(move |x| Array::from_op_f32s(ty, vec![1], vec![x]).to_f32s()[0])
+        }
         _ => Box::new(|x| x),
     }
 }
@@ -125,7 +127,7 @@ pub(crate) fn apply_simple(
             let mut o = Array::new(ty, out.dims.clone(), out.data.clone()).to_f32s();
             let u = upd.to_f32s();
             fold!(o, u, |a, b| round(f(a, b)));
-            *out = Array::from_f32s(ty, out.dims.clone(), o);
+            *out = Array::from_op_f32s(ty, out.dims.clone(), o);
         }
         _ => return Ok(false),
     }

@@ -25,7 +25,7 @@ impl Keys {
             Data::I64(v) => v.iter().map(|&x| x as u64 ^ SIGN).collect(),
             Data::U64(v) => v.clone(),
             Data::Pred(v) => v.iter().map(|&b| b as u64).collect(),
-            Data::C64(_) => return None,
+            Data::C64(_) | Data::C128(_) => return None,
             _ => {
                 let f = a.to_f64s();
                 if !total && f.iter().any(|x| x.is_nan()) {
@@ -62,7 +62,7 @@ fn same_bits(a: &Array, b: &Array) -> bool {
         (Data::F64(x), Data::F64(y)) => x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
         (Data::Bf16(x), Data::Bf16(y)) => x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
         (Data::F16(x), Data::F16(y)) => x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
-        (Data::C64(_), _) => false,
+        (Data::C64(_) | Data::C128(_), _) => false,
         _ => a.data == b.data,
     }
 }

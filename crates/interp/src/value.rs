@@ -18,9 +18,10 @@ pub enum Data {
     F64(Vec<f64>),
     Bf16(Vec<bf16>),
     F16(Vec<f16>),
-    /// f8e4m3fn / f8e5m2 bit patterns.
+    /// Bit patterns of the f8 and f4 types (`crate::f8`), one element per byte.
     F8(Vec<u8>),
     C64(Vec<(f32, f32)>),
+    C128(Vec<(f64, f64)>),
 }
 
 /// Applies `$body` to the vector inside any [`Data`] variant, rebuilding the same variant.
@@ -36,6 +37,7 @@ macro_rules! map_data {
             Data::F16($v) => Data::F16($body),
             Data::F8($v) => Data::F8($body),
             Data::C64($v) => Data::C64($body),
+            Data::C128($v) => Data::C128($body),
         }
     };
 }
@@ -53,6 +55,7 @@ impl Data {
             Data::F16(v) => v.len(),
             Data::F8(v) => v.len(),
             Data::C64(v) => v.len(),
+            Data::C128(v) => v.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -81,7 +84,7 @@ impl Data {
                 }
             };
         }
-        put!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64)
+        put!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64, C128)
     }
     /// Concatenates same-variant storages.
     pub fn concat(parts: &[&Data]) -> Result<Data, InterpError> {
@@ -107,7 +110,7 @@ impl Data {
                 }
             };
         }
-        ext!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64)
+        ext!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64, C128)
     }
 }
 
@@ -160,11 +163,11 @@ pub fn strides(dims: &[usize]) -> Vec<usize> {
 /// Checks that the interpreter can hold `ty`, naming it otherwise.
 pub fn check_type(ty: T) -> Result<(), InterpError> {
     match ty {
-        T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => Ok(()),
+        _ if crate::f8::is_minifloat(ty) => Ok(()),
         _ => match ty.kind() {
             TypeKind::Pred | TypeKind::Signed | TypeKind::Unsigned => Ok(()),
             TypeKind::Float if matches!(ty, T::F32 | T::F64 | T::Bf16 | T::F16) => Ok(()),
-            _ if ty == T::C64 => Ok(()),
+            TypeKind::Complex => Ok(()),
             _ => Err(InterpError::Unsupported(format!("element type '{ty}'"))),
         },
     }
@@ -189,20 +192,9 @@ pub fn wrap_unsigned(v: u64, bits: u32) -> u64 {
     }
 }
 
+/// The value of minifloat (f8/f4) bits; NaNs widen to a quiet NaN keeping the sign.
 pub fn f8_to_f32(ty: T, b: u8) -> f32 {
-    if ty == T::F8E8M0FNU {
-        return crate::f8::decode_e8m0(b);
-    }
-    let x = match ty {
-        T::F8E5M2 => float8::F8E5M2::from_bits(b).to_f32(),
-        _ => float8::F8E4M3::from_bits(b).to_f32(),
-    };
-    // NaNs widen to the canonical quiet NaN (keeping the sign), as in ml_dtypes.
-    if x.is_nan() {
-        f32::NAN.copysign(if b & 0x80 != 0 { -1.0 } else { 1.0 })
-    } else {
-        x
-    }
+    crate::f8::decode(ty, b)
 }
 
 pub fn f32_to_f8(ty: T, x: f32) -> u8 {
@@ -234,10 +226,11 @@ impl Array {
             T::F64 => Data::F64(v.to_vec()),
             T::Bf16 => Data::Bf16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
             T::F16 => Data::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
-            T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => {
-                Data::F8(v.iter().map(|&x| f32_to_f8(ty, x as f32)).collect())
+            _ if crate::f8::is_minifloat(ty) => {
+                Data::F8(v.iter().map(|&x| crate::f8::encode_f64(ty, x)).collect())
             }
             T::C64 => Data::C64(v.iter().map(|&x| (x as f32, 0.0)).collect()),
+            T::C128 => Data::C128(v.iter().map(|&x| (x, 0.0)).collect()),
             _ if ty.is_unsigned_int() => {
                 Data::U64(v.iter().map(|&x| wrap_unsigned(x as u64, bits)).collect())
             }
@@ -277,14 +270,17 @@ impl Array {
             Data::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             Data::F8(v) => v.iter().map(|&b| f8_to_f32(self.ty, b)).collect(),
             Data::C64(v) => v.iter().map(|x| x.0).collect(),
+            Data::C128(v) => v.iter().map(|x| x.0 as f32).collect(),
         }
     }
-    /// Every element as f64 (exact for every float type except huge ints).
+    /// Every element as f64 (exact for every float type except huge ints; complex
+    /// values give their real parts).
     pub fn to_f64s(&self) -> Vec<f64> {
         match &self.data {
             Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
             Data::U64(v) => v.iter().map(|&x| x as f64).collect(),
             Data::F64(v) => v.clone(),
+            Data::C128(v) => v.iter().map(|x| x.0).collect(),
             _ => self.to_f32s().into_iter().map(f64::from).collect(),
         }
     }
@@ -294,7 +290,7 @@ impl Array {
             T::F32 => Data::F32(v),
             T::Bf16 => Data::Bf16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
             T::F16 => Data::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-            T::F8E4M3FN | T::F8E5M2 | T::F8E8M0FNU => {
+            _ if crate::f8::is_minifloat(ty) => {
                 Data::F8(v.iter().map(|&x| f32_to_f8(ty, x)).collect())
             }
             T::F64 => Data::F64(v.into_iter().map(f64::from).collect()),
@@ -303,6 +299,16 @@ impl Array {
             }
         };
         Array::new(ty, dims, data)
+    }
+    /// Results of an op computed in f32 on element type `ty`. XLA:CPU runs
+    /// f8/f4 ops in f16 (its float normalization pass), so those round to f16
+    /// first and then to `ty`; that double rounding is visible at ties.
+    pub fn from_op_f32s(ty: T, dims: Vec<usize>, v: Vec<f32>) -> Array {
+        if crate::f8::format(ty).is_some() {
+            let v = v.into_iter().map(|x| f16::from_f32(x).to_f32()).collect();
+            return Array::from_f32s(ty, dims, v);
+        }
+        Array::from_f32s(ty, dims, v)
     }
     /// Integer values of an index operand (signed read as signed).
     pub fn to_index_i64s(&self) -> Result<Vec<i64>, InterpError> {

@@ -103,6 +103,21 @@ fn compare(got: &Value, want: &Value, rtol: f64) -> Result<(), String> {
             }
             Ok(())
         }
+        (Data::C128(a), Data::C128(b)) => {
+            let scale = b.iter().fold(0f64, |m, z| m.max(z.0.hypot(z.1)));
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                let nan = |z: &(f64, f64)| z.0.is_nan() || z.1.is_nan();
+                let diff = (x.0 - y.0).hypot(x.1 - y.1);
+                let finite = y.0.is_finite() && y.1.is_finite();
+                let ok = (nan(x) && nan(y))
+                    || x == y
+                    || (finite && diff <= rtol * y.0.hypot(y.1).max(1e-3 * scale));
+                if !ok {
+                    return Err(format!("element {i}: got {x:?}, want {y:?} (rtol {rtol})"));
+                }
+            }
+            Ok(())
+        }
         _ if g.data == w.data => Ok(()),
         _ => Err(format!(
             "values differ: got {:?}, want {:?}",
