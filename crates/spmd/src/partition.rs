@@ -44,7 +44,10 @@ pub struct Partitioner<'m> {
     /// A reshard of such a value redoes the chain on the tiling asked for
     /// from its small source instead of slicing or exchanging the big result,
     /// as XLA's backward propagation gives a broadcast its user's sharding.
-    expandable: FxHashMap<InstrId, (InstrId, Val)>,
+    expandable: FxHashMap<InstrId, (InstrId, Vec<Val>)>,
+    /// Chains already redone: (value, tiling) -> the redone value, or `None`
+    /// when it could not be (each pair is tried once).
+    expanded: FxHashMap<(InstrId, Sh), Option<InstrId>>,
     /// Emitted `while`s: output id -> the source `while`.
     while_of: FxHashMap<InstrId, InstrId>,
     /// Untiled values that are a loop's result leaf (its get-tuple-element,
@@ -82,6 +85,7 @@ impl<'m> Partitioner<'m> {
             leaf_origin: FxHashMap::default(),
             wanted: FxHashMap::default(),
             expandable: FxHashMap::default(),
+            expanded: FxHashMap::default(),
             while_of: FxHashMap::default(),
             loop_result: FxHashMap::default(),
             wanted_after_loop: FxHashMap::default(),
@@ -305,12 +309,14 @@ impl<'m> Partitioner<'m> {
         self.out.reshard(cb, v.id, global.dims(), &v.sh[0], to)
     }
 
-    /// Redoes the broadcast chain that produced `id` so that it comes out
-    /// tiled as `to`: the chain's ops are emitted again on local shapes over
-    /// the broadcast's operand, resharded (it is smaller than the result, so
-    /// slicing or exchanging it costs less than doing so to the result).
-    /// `None` when `id` is not such a chain or the tiling does not map back
-    /// through it.
+    /// Redoes the chain that produced `id` (a broadcast, or shape and
+    /// elementwise ops over broadcasts or over values every device holds
+    /// whole) so that it comes out tiled as `to`: the chain's ops are emitted
+    /// again on local shapes over its leaves, resharded — a broadcast's small
+    /// operand, or a whole value of which each device slices its own part for
+    /// free — instead of computing the whole result and then slicing or
+    /// exchanging it. `None` when `id` is not such a chain or the tiling does
+    /// not map back through it.
     fn expand_as(
         &mut self,
         cb: &mut CompB,
@@ -318,42 +324,60 @@ impl<'m> Partitioner<'m> {
         to: &Sh,
         depth: usize,
     ) -> Result<Option<InstrId>, SpmdError> {
-        if depth > MAX_EXPANSION {
+        if depth > MAX_EXPANSION || !self.expandable.contains_key(&id) {
             return Ok(None);
         }
-        let Some((src_id, operand)) = self.expandable.get(&id).cloned() else {
+        let key = (id, to.clone());
+        if let Some(done) = self.expanded.get(&key) {
+            return Ok(*done);
+        }
+        let redone = self.redo_chain(cb, id, to, depth)?;
+        self.expanded.insert(key, redone);
+        Ok(redone)
+    }
+
+    fn redo_chain(
+        &mut self,
+        cb: &mut CompB,
+        id: InstrId,
+        to: &Sh,
+        depth: usize,
+    ) -> Result<Option<InstrId>, SpmdError> {
+        let Some((src_id, operands)) = self.expandable.get(&id).cloned() else {
             return Ok(None);
         };
         let src = self.src;
         let ins = src.instr(src_id);
-        let op_global = &src.instr(ins.operands[0]).shape;
-        let Some(in_to) = self.operand_tiling(ins, op_global, to) else {
-            return Ok(None);
-        };
-        let x = if ins.opcode == Opcode::Broadcast {
-            // The chain's bottom: reshard the small operand itself.
-            self.arr_at(cb, &operand, op_global, &in_to, depth + 1)?
-        } else {
-            match self.expand_as(cb, operand.id, &in_to, depth + 1)? {
-                Some(x) => x,
-                None => return Ok(None),
+        let mut xs = Vec::with_capacity(operands.len());
+        let mut tilings = Vec::with_capacity(operands.len());
+        for (k, operand) in operands.iter().enumerate() {
+            let op_global = &src.instr(ins.operands[k]).shape;
+            let Some(in_to) = self.operand_tiling(ins, op_global, to) else {
+                return Ok(None);
+            };
+            // Leaves are resharded only where that is free (slicing a whole
+            // value) or the op shrinks the data (a broadcast's operand).
+            let free = operand.sh[0].is_replicated() || operand.sh[0] == in_to;
+            let leaf_ok = ins.opcode == Opcode::Broadcast
+                || free
+                || self.expandable.contains_key(&operand.id);
+            if !leaf_ok {
+                return Ok(None);
             }
-        };
+            xs.push(self.arr_at(cb, operand, op_global, &in_to, depth + 1)?);
+            tilings.push(in_to);
+        }
         let mut copy = ins.clone();
         if copy.opcode == Opcode::Bitcast {
             copy.opcode = Opcode::Reshape;
         }
-        let v = self.local_op(cb, &copy, vec![x], to.clone(), ins.attrs.clone())?;
-        self.expandable.insert(
-            v.id,
-            (
-                src_id,
-                Val {
-                    id: x,
-                    sh: vec![in_to],
-                },
-            ),
-        );
+        let v = self.local_op(cb, &copy, xs.clone(), to.clone(), ins.attrs.clone())?;
+        let redone_operands = xs
+            .into_iter()
+            .zip(tilings)
+            .map(|(id, t)| Val { id, sh: vec![t] })
+            .collect();
+        self.expandable.insert(v.id, (src_id, redone_operands));
         Ok(Some(v.id))
     }
 
@@ -385,7 +409,10 @@ impl<'m> Partitioner<'m> {
                 (reshape_sharding(g_in, g_out, &s, &self.out.mesh).as_ref() == Some(to))
                     .then_some(s)
             }
-            _ => (op_global.rank() == to.rank()).then(|| to.clone()),
+            // Elementwise: same-rank operands as the result; scalar
+            // operands (clamp's bounds) whole.
+            _ if op_global.rank() == to.rank() => Some(to.clone()),
+            _ => Some(Sh::replicated(rank)),
         }
     }
 
@@ -499,19 +526,22 @@ impl<'m> Partitioner<'m> {
     }
 
     /// Records `v` (the partitioned `i`) in `expandable` when it is a
-    /// broadcast, or a shape op or unary elementwise op over one.
+    /// broadcast, or a shape op or elementwise op over one or computed whole
+    /// on every device.
     fn note_expandable(&mut self, i: InstrId, v: &Val, ops: &[Val]) {
         let ins = self.src.instr(i);
-        let [op] = ops else { return };
-        if v.sh.len() != 1 || op.sh.len() != 1 || ins.shape.as_array().is_none() {
+        let arrays = v.sh.len() == 1 && ops.iter().all(|o| o.sh.len() == 1);
+        if !arrays || ins.shape.as_array().is_none() || ops.is_empty() {
             return;
         }
         let shape_op = matches!(
             ins.opcode,
             Opcode::Reshape | Opcode::Bitcast | Opcode::Transpose
         ) || (ins.opcode.is_elementwise() && ins.opcode != Opcode::Map);
-        if ins.opcode == Opcode::Broadcast || shape_op && self.expandable.contains_key(&op.id) {
-            self.expandable.insert(v.id, (i, op.clone()));
+        let over_chain = ops.iter().any(|o| self.expandable.contains_key(&o.id));
+        let whole = v.sh[0].is_replicated();
+        if ins.opcode == Opcode::Broadcast || shape_op && (over_chain || whole) {
+            self.expandable.insert(v.id, (i, ops.to_vec()));
         }
     }
 

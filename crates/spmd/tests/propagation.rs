@@ -133,3 +133,27 @@ ENTRY e {
     assert_eq!(m.config.num_partitions, Some(6144));
     assert_eq!(shapes_of(&m, Opcode::Negate), vec![vec![2, 2]]);
 }
+
+#[test]
+fn elementwise_work_on_a_whole_value_is_done_on_the_slice_its_users_need() {
+    // Rotary tables: positions every device holds whole, turned into cos/sin
+    // and multiplied into batch-tiled activations. XLA's backward propagation
+    // tiles the table computation itself.
+    let m = partitioned(
+        r#"HloModule rope, num_partitions=4
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  pos = f32[8,16] parameter(1), sharding={replicated}
+  s = f32[] constant(0.5)
+  sb = f32[8,16] broadcast(s), dimensions={}
+  a = f32[8,16] multiply(pos, sb)
+  c = f32[8,16] cosine(a)
+  ROOT m = f32[8,16] multiply(x, c), sharding={devices=[4,1]<=[4]}
+}
+"#,
+    );
+    assert_eq!(shapes_of(&m, Opcode::Cos), vec![vec![2, 16]]);
+    assert!(shapes_of(&m, Opcode::Multiply)
+        .iter()
+        .all(|s| s == &[2, 16]));
+}
