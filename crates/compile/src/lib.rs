@@ -5,7 +5,8 @@
 //! says what it changed; the verifier runs after each in tests; every pass's
 //! output can be kept for dumps.
 //!
-//! Passes, in order: trip-count annotation, all-reduce + dynamic-slice →
+//! Passes, in order: trip-count annotation, all-reduce reassociation
+//! (`add` of two all-reduces → one all-reduce), all-reduce + dynamic-slice →
 //! reduce-scatter, dead-code elimination, collective combiners (chip
 //! thresholds), TPU fusion (`tpusim_hlo::passes::fuse`, for unfused input),
 //! async conversion of collectives, latency-hiding scheduling.
@@ -17,6 +18,7 @@
 mod async_collectives;
 mod cleanup;
 mod combine;
+mod reassociate;
 mod reduce_scatter;
 mod schedule;
 mod util;
@@ -24,6 +26,7 @@ mod util;
 pub use async_collectives::convert_async_collectives;
 pub use cleanup::{annotate_trip_counts, compact, dead_code_elimination};
 pub use combine::combine_collectives;
+pub use reassociate::reassociate_all_reduces;
 pub use reduce_scatter::all_reduce_to_reduce_scatter;
 pub use schedule::{latency_hiding_schedule, SchedulerLimits};
 
@@ -208,6 +211,7 @@ pub fn compile(
             skipped: None,
         });
     }
+    p.run("all-reduce-reassociate", reassociate_all_reduces)?;
     p.run("reduce-scatter-creator", all_reduce_to_reduce_scatter)?;
     p.run("dce", dead_code_elimination)?;
     match &chip.compiler {

@@ -3,7 +3,7 @@
 
 use tpusim_compile::{
     all_reduce_to_reduce_scatter, combine_collectives, compact, compile, convert_async_collectives,
-    latency_hiding_schedule, Changed, CompileOptions, SchedulerLimits,
+    latency_hiding_schedule, reassociate_all_reduces, Changed, CompileOptions, SchedulerLimits,
 };
 use tpusim_hlo::{parse_module, verify, Module, Opcode};
 use tpusim_perf::LocalOnly;
@@ -67,6 +67,59 @@ fn all_reduce_then_own_shard_becomes_reduce_scatter() {
     let root = m.instr(m.entry().root);
     assert_eq!(root.opcode, Opcode::ReduceScatter);
     assert_eq!(root.attr_ints("dimensions"), Some(&[0i64][..]));
+}
+
+const AR_SUM: &str = r#"
+HloModule ar_sum, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[8,16] parameter(0)
+  q = f32[8,16] parameter(1)
+  r = f32[8,16] parameter(2)
+  ar0 = f32[8,16] all-reduce(p), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  ar1 = f32[8,16] all-reduce(q), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  ar2 = f32[8,16] all-reduce(r), channel_id=3, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  sum0 = f32[8,16] add(ar0, ar1)
+  sum1 = f32[8,16] add(sum0, ar2)
+  ROOT n = f32[8,16] negate(sum1)
+}
+"#;
+
+#[test]
+fn sums_of_all_reduces_become_one_all_reduce_of_the_sum() {
+    let mut m = parse(AR_SUM);
+    let c = checked(&mut m, reassociate_all_reduces);
+    assert!(matches!(c, Changed::Yes(_)), "{c:?}");
+    assert_eq!(count(&m, Opcode::AllReduce), 1);
+    // The operands' two sums, plus the reducer's own add.
+    assert_eq!(count(&m, Opcode::Add), 3, "the operands are summed first");
+    let root = m.instr(m.entry().root);
+    assert_eq!(m.instr(root.operands[0]).opcode, Opcode::AllReduce);
+}
+
+#[test]
+fn all_reduces_over_other_groups_or_read_elsewhere_are_kept() {
+    let other_groups = AR_SUM.replace(
+        "channel_id=2, replica_groups={{0,1,2,3}}",
+        "channel_id=2, replica_groups={{0,1},{2,3}}",
+    );
+    let read_elsewhere = AR_SUM.replace("negate(sum1)", "add(sum1, ar1)");
+    for text in [other_groups, read_elsewhere] {
+        let mut m = parse(&text);
+        checked(&mut m, reassociate_all_reduces);
+        // Only ar0 + ar1 could have merged; neither case allows it.
+        assert!(
+            count(&m, Opcode::AllReduce) >= 2,
+            "{}",
+            tpusim_hlo::print_module(&m)
+        );
+    }
 }
 
 #[test]
