@@ -71,8 +71,8 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| format!("timeout {s} is too large"))
 }
 
-/// The flag a Ctrl-C sets from now on in this process (the handler is installed
-/// once; without it Ctrl-C kills the process as usual).
+/// The flag Ctrl-C sets from now on in this process (the handler is installed
+/// once; before that, Ctrl-C ends the process as usual).
 fn interrupt_flag() -> Arc<AtomicBool> {
     static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
     FLAG.get_or_init(|| {
@@ -86,6 +86,14 @@ fn interrupt_flag() -> Arc<AtomicBool> {
     .clone()
 }
 
+/// Fails with [`Interrupted`] once Ctrl-C was pressed.
+fn check_interrupt(flag: &AtomicBool) -> Result<()> {
+    if flag.load(Ordering::SeqCst) {
+        return Err(Interrupted("interrupted".into()).into());
+    }
+    Ok(())
+}
+
 /// Runs the module once under the limits; an interrupt becomes [`Interrupted`].
 fn run_limited(
     m: &tpusim_hlo::Module,
@@ -96,10 +104,12 @@ fn run_limited(
     // The deadline counts from this execution's start.
     opts.limits = std::mem::take(&mut opts.limits).with_timeout(timeout);
     match tpusim_interp::run_global(m, inputs, opts) {
-        Err(e @ InterpError::Stopped {
-            reason: StopReason::Interrupted,
-            ..
-        }) => Err(Interrupted(e.to_string()).into()),
+        Err(
+            e @ InterpError::Stopped {
+                reason: StopReason::Interrupted,
+                ..
+            },
+        ) => Err(Interrupted(e.to_string()).into()),
         other => Ok(other?),
     }
 }
@@ -122,6 +132,9 @@ fn output_info(arg: &str, leaves: usize) -> Result<OutputLayout> {
 }
 
 pub fn run(args: &Args) -> Result<bool> {
+    // From here on Ctrl-C only sets the flag: the run stops at the next phase
+    // boundary or instruction and exits 130.
+    let interrupt = interrupt_flag();
     let modules = input::load(&args.file)?;
     let [(m, _)] = modules.as_slice() else {
         bail!(
@@ -161,6 +174,7 @@ pub fn run(args: &Args) -> Result<bool> {
             shapes.len()
         ),
     };
+    check_interrupt(&interrupt)?;
     let leaves = m.instr(m.entry().root).shape.leaves().len();
     let (output_shardings, output_dims) = match &args.output_sharding {
         Some(s) => output_info(s, leaves)?,
@@ -175,9 +189,7 @@ pub fn run(args: &Args) -> Result<bool> {
         max_alloc: cap.min(memory::physical_memory().unwrap_or(u64::MAX)),
         limits: RunLimits {
             max_steps: args.max_steps,
-            // Ctrl-C stops the execution cleanly (exit 130); before it, loading
-            // is interrupted the usual way.
-            interrupt: interrupt_flag(),
+            interrupt: interrupt.clone(),
             ..RunLimits::default()
         },
     };
@@ -191,10 +203,8 @@ pub fn run(args: &Args) -> Result<bool> {
         results = run_limited(m, inputs, &mut opts, args.timeout)?;
         times.push(t.elapsed().as_secs_f64());
     }
-    if opts.limits.interrupt.load(Ordering::SeqCst) {
-        // Ctrl-C after the last step: the results are not written.
-        return Err(Interrupted("interrupted".into()).into());
-    }
+    // Ctrl-C after the last step: the results are not written.
+    check_interrupt(&interrupt)?;
     if args.repeat.is_some() {
         times.sort_by(f64::total_cmp);
         out::diag(format_args!("exec_seconds: {:.9}", times[times.len() / 2]));

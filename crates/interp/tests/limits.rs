@@ -38,7 +38,10 @@ fn run_watched(name: &str, limits: RunLimits) -> (InterpError, Duration) {
         .unwrap_or_else(|_| panic!("{name}: the run did not stop within {HANG:?}"));
     match r {
         Err(e) => (e, took),
-        Ok(v) => panic!("{name}: a never-ending loop finished with {} results", v.len()),
+        Ok(v) => panic!(
+            "{name}: a never-ending loop finished with {} results",
+            v.len()
+        ),
     }
 }
 
