@@ -143,7 +143,7 @@ impl<'a> Budget<'a> {
         if self.limits.interrupt.load(Ordering::Relaxed) {
             return Some(Some(StopReason::Interrupted));
         }
-        if t % CLOCK_EVERY == 0 {
+        if t.is_multiple_of(CLOCK_EVERY) {
             if let Some(deadline) = self.limits.deadline {
                 if Instant::now() >= deadline {
                     return Some(Some(StopReason::Timeout(self.started.elapsed())));

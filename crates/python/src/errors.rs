@@ -114,9 +114,9 @@ impl From<InterpError> for BindError {
                 BindError::Argument(text)
             }
             InterpError::LoopLimit(..) | InterpError::Stopped { .. } => BindError::Limit(text),
-            InterpError::Io(_)
-            | InterpError::Collective(_)
-            | InterpError::MemoryLimit(_) => BindError::Other(text),
+            InterpError::Io(_) | InterpError::Collective(_) | InterpError::MemoryLimit(_) => {
+                BindError::Other(text)
+            }
             InterpError::Internal(_) => BindError::Internal(text),
         }
     }
