@@ -36,6 +36,7 @@ def test_hierarchy() -> None:
         tpusim.ChipError,
         tpusim.ArgumentError,
         tpusim.UnsupportedError,
+        tpusim.LimitError,
         tpusim.InternalError,
     ):
         assert issubclass(cls, tpusim.TpusimError)

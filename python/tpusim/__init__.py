@@ -29,6 +29,7 @@ from ._tpusim import (
     ArgumentError,
     ChipError,
     InternalError,
+    LimitError,
     ParseError,
     TopologyError,
     TpusimError,
@@ -51,6 +52,7 @@ __all__ = [
     "ArgumentError",
     "TopologyError",
     "UnsupportedError",
+    "LimitError",
     "InternalError",
     "__version__",
 ]
@@ -179,6 +181,8 @@ def run(
     *arrays: Any,
     max_memory: Union[int, str, None] = None,
     output_sharding: Any = None,
+    max_steps: Optional[int] = None,
+    timeout: Optional[float] = None,
 ) -> Any:
     """Executes the program on ``arrays`` with XLA's semantics; returns its results.
 
@@ -201,6 +205,11 @@ def run(
     object it defaults to JAX's own ``output_shardings``. ``max_memory`` (bytes, or
     ``"8G"``) refuses programs whose estimated memory exceeds it (default: 75% of
     physical memory).
+
+    ``max_steps`` (instructions evaluated, summed over all devices) and ``timeout``
+    (seconds) stop a runaway program with :class:`LimitError`, whose message names
+    the ``while`` loop being executed. Ctrl-C stops the run and raises
+    ``KeyboardInterrupt``.
     """
     text, name = hlo_text(x)
     natives = [_arrays.to_native(a) for a in _arrays.flatten(arrays)]
@@ -211,6 +220,8 @@ def run(
         [n for _, n in natives],
         max_memory=max_memory,
         output_sharding=_output_sharding(x, output_sharding),
+        max_steps=max_steps,
+        timeout=timeout,
     )
     outputs = [_arrays.from_native(arr, dtype) for arr, dtype in results]
     return _arrays.restructure(x, outputs)

@@ -1,7 +1,8 @@
 //! `tpusim`: the command-line front door of the TPU system simulator.
 //!
 //! Output meant for pipes goes to stdout; diagnostics and progress go to stderr.
-//! Exit codes: 0 success, 1 any error (including usage errors) — never another code.
+//! Exit codes: 0 success, 1 any error (including usage errors), 130 for a `run`
+//! interrupted by Ctrl-C — never another code.
 
 mod analyze;
 mod check;
@@ -94,6 +95,11 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
+            if let Some(stop) = e.downcast_ref::<run::Interrupted>() {
+                // The shell convention for SIGINT: 128 + 2.
+                out::diag(format_args!("{stop}"));
+                return ExitCode::from(130);
+            }
             match e.downcast_ref::<input::Rendered>() {
                 Some(diagnostic) => out::diag(format_args!("{diagnostic}")),
                 None => out::diag(format_args!("error: {e:#}")),

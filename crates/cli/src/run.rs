@@ -1,14 +1,17 @@
 //! `tpusim run`: execute a module with the reference interpreter, on as many
 //! simulated devices as it declares (global arrays in and out, split and
-//! assembled by the shardings), after checking its memory estimate against a cap.
+//! assembled by the shardings), after checking its memory estimate against a cap,
+//! under the step and time limits given and stopping cleanly on Ctrl-C.
 
 use crate::input;
 use crate::out;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tpusim_interp::sharding::OutputLayout;
-use tpusim_interp::{memory, npz, sharding, GlobalRun, Value};
+use tpusim_interp::{memory, npz, sharding, GlobalRun, InterpError, RunLimits, StopReason, Value};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,6 +38,80 @@ pub struct Args {
     /// outputs), or the unpartitioned HLO file (its root's sharding, else its global shapes)
     #[arg(long, value_name = "SHARDING|FILE")]
     output_sharding: Option<String>,
+    /// Stop with an error naming the running while loop after N steps (instructions
+    /// evaluated, summed over all devices)
+    #[arg(long, value_name = "N")]
+    max_steps: Option<u64>,
+    /// Stop with an error naming the running while loop after SECONDS of execution
+    /// (each of --repeat's executions), e.g. 0.5
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    timeout: Option<Duration>,
+}
+
+/// A run stopped by Ctrl-C: `main` prints the message and exits 130.
+#[derive(Debug)]
+pub struct Interrupted(pub String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if secs.is_nan() || secs <= 0.0 {
+        return Err(format!("the timeout must be positive, got {s}"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("timeout {s} is too large"))
+}
+
+/// The flag Ctrl-C sets from now on in this process (the handler is installed
+/// once; before that, Ctrl-C ends the process as usual).
+fn interrupt_flag() -> Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let set = flag.clone();
+        // If a handler cannot be installed, Ctrl-C keeps its default effect
+        // (the process ends at once), which is still an interruption.
+        let _ = ctrlc::set_handler(move || set.store(true, Ordering::SeqCst));
+        flag
+    })
+    .clone()
+}
+
+/// Fails with [`Interrupted`] once Ctrl-C was pressed.
+fn check_interrupt(flag: &AtomicBool) -> Result<()> {
+    if flag.load(Ordering::SeqCst) {
+        return Err(Interrupted("interrupted".into()).into());
+    }
+    Ok(())
+}
+
+/// Runs the module once under the limits; an interrupt becomes [`Interrupted`].
+fn run_limited(
+    m: &tpusim_hlo::Module,
+    inputs: Vec<Value>,
+    opts: &mut GlobalRun,
+    timeout: Option<Duration>,
+) -> Result<Vec<Value>> {
+    // The deadline counts from this execution's start.
+    opts.limits = std::mem::take(&mut opts.limits).with_timeout(timeout);
+    match tpusim_interp::run_global(m, inputs, opts) {
+        Err(
+            e @ InterpError::Stopped {
+                reason: StopReason::Interrupted,
+                ..
+            },
+        ) => Err(Interrupted(e.to_string()).into()),
+        other => Ok(other?),
+    }
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -55,6 +132,9 @@ fn output_info(arg: &str, leaves: usize) -> Result<OutputLayout> {
 }
 
 pub fn run(args: &Args) -> Result<bool> {
+    // From here on Ctrl-C only sets the flag: the run stops at the next phase
+    // boundary or instruction and exits 130.
+    let interrupt = interrupt_flag();
     let modules = input::load(&args.file)?;
     let [(m, _)] = modules.as_slice() else {
         bail!(
@@ -94,29 +174,37 @@ pub fn run(args: &Args) -> Result<bool> {
             shapes.len()
         ),
     };
+    check_interrupt(&interrupt)?;
     let leaves = m.instr(m.entry().root).shape.leaves().len();
     let (output_shardings, output_dims) = match &args.output_sharding {
         Some(s) => output_info(s, leaves)?,
         None if unpartitioned => (None, Some(global_outputs)),
         None => (None, None),
     };
-    let opts = GlobalRun {
+    let mut opts = GlobalRun {
         output_shardings,
         output_dims,
         // A single buffer larger than the machine would abort the process
         // whatever --max-memory says.
         max_alloc: cap.min(memory::physical_memory().unwrap_or(u64::MAX)),
+        limits: RunLimits {
+            max_steps: args.max_steps,
+            interrupt: interrupt.clone(),
+            ..RunLimits::default()
+        },
     };
     let repeat = args.repeat.unwrap_or(1) as usize;
     let mut times = Vec::with_capacity(repeat);
     let mut results = Vec::new();
     for _ in 0..repeat {
         // Copying the inputs is I/O-side work: keep it out of the timed region.
-        let args = inputs.clone();
+        let inputs = inputs.clone();
         let t = Instant::now();
-        results = tpusim_interp::run_global(m, args, &opts)?;
+        results = run_limited(m, inputs, &mut opts, args.timeout)?;
         times.push(t.elapsed().as_secs_f64());
     }
+    // Ctrl-C after the last step: the results are not written.
+    check_interrupt(&interrupt)?;
     if args.repeat.is_some() {
         times.sort_by(f64::total_cmp);
         out::diag(format_args!("exec_seconds: {:.9}", times[times.len() / 2]));

@@ -651,6 +651,152 @@ fn run_refuses_modules_over_the_memory_cap() {
     assert_eq!(o.status.code(), Some(1));
 }
 
+/// Starts `tpusim ARGS` with its output captured.
+fn spawn_tpusim(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tpusim")
+}
+
+/// Waits for `child` at most a minute (a hang fails the test); its output and
+/// how long it ran since `started`.
+fn wait_bounded(
+    mut child: std::process::Child,
+    started: std::time::Instant,
+) -> (Output, std::time::Duration) {
+    let limit = std::time::Duration::from_secs(60);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            let took = started.elapsed();
+            return (child.wait_with_output().expect("output"), took);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("tpusim did not stop within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn run_bounded(args: &[&str]) -> (Output, std::time::Duration) {
+    let t = std::time::Instant::now();
+    wait_bounded(spawn_tpusim(args), t)
+}
+
+#[test]
+fn run_max_steps_stops_a_never_ending_loop_naming_it() {
+    for (file, lp) in [
+        ("limits/never_ending_while.hlo", "while.12"),
+        ("limits/never_ending_all_reduce.hlo", "while.20"),
+    ] {
+        let (o, _) = run_bounded(&["run", &testdata(file), "--max-steps", "1000"]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "error: stopped after 1000 steps in while loop '{lp}'"
+            )) && err.contains("raise --max-steps"),
+            "{err}"
+        );
+        assert!(o.stdout.is_empty());
+    }
+    // A finite program under a generous budget runs as without one.
+    let finite =
+        "HloModule m\n\nENTRY e {\n  a = f32[] constant(2)\n  ROOT b = f32[] add(a, a)\n}\n";
+    let o = tpusim(
+        &["run", "-", "--max-steps", "1000", "--timeout", "30"],
+        Some(finite),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "out0: f32[] {4}\n");
+    let o = tpusim(&["run", "-", "--max-steps", "1"], Some(finite));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let (o, _) = run_bounded(&[
+        "run",
+        &testdata("limits/never_ending_while.hlo"),
+        "--max-steps",
+        "x",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn run_timeout_stops_soon_after_the_deadline() {
+    let (o, took) = run_bounded(&[
+        "run",
+        &testdata("limits/never_ending_while.hlo"),
+        "--timeout",
+        "0.2",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.starts_with("error: timed out after 0.2") && err.contains("'while.12'"),
+        "{err}"
+    );
+    assert!(took >= std::time::Duration::from_millis(200), "{took:?}");
+    for bad in ["0", "-1", "nan", "soon"] {
+        let (o, _) = run_bounded(&[
+            "run",
+            &testdata("limits/never_ending_while.hlo"),
+            "--timeout",
+            bad,
+        ]);
+        assert_eq!(o.status.code(), Some(1), "--timeout {bad}");
+    }
+}
+
+/// Whether process `pid` catches SIGINT (its handler is installed): Linux's
+/// /proc status, or after a second where there is none.
+fn catches_sigint(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(status) => status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (2 - 1)) != 0),
+        Err(_) => {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            true
+        }
+    }
+}
+
+#[test]
+fn run_stops_cleanly_on_sigint_with_exit_130() {
+    for file in [
+        "limits/never_ending_while.hlo",
+        "limits/never_ending_all_reduce.hlo",
+    ] {
+        let t = std::time::Instant::now();
+        let child = spawn_tpusim(&["run", &testdata(file)]);
+        let pid = child.id();
+        while !catches_sigint(pid) {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(30),
+                "no handler"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let sent = std::time::Instant::now();
+        let kill = Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(kill.success());
+        let (o, took) = wait_bounded(child, sent);
+        assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(err.starts_with("interrupted"), "{err}");
+        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    }
+}
+
 /// Files under `dir`, recursively, relative to it.
 fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

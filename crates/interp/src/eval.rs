@@ -1,5 +1,6 @@
 //! Evaluation of computations: walks instructions in text order and dispatches to kernels.
 
+use crate::limits::{Budget, RunLimits};
 use crate::value::{check_type, Array, Value};
 use crate::{elementwise as ew, fused, more_ops, ops, InterpError};
 use std::collections::HashMap;
@@ -13,13 +14,22 @@ pub const MAX_LOOP_ITERATIONS: u64 = 100_000_000;
 /// Runs the entry computation of a single-device module on `args` and returns the
 /// flattened leaves of its result.
 pub fn execute(m: &Module, args: Vec<Value>) -> Result<Vec<Value>, InterpError> {
+    execute_limited(m, args, &RunLimits::default())
+}
+
+/// [`execute`] under `limits`: stops with [`InterpError::Stopped`] when one trips.
+pub fn execute_limited(
+    m: &Module,
+    args: Vec<Value>,
+    limits: &RunLimits,
+) -> Result<Vec<Value>, InterpError> {
     check_single_device(m)?;
     check_arg_count(m, args.len())?;
     for (i, (&p, a)) in m.entry().params.iter().zip(&args).enumerate() {
         check_value_shape(&m.instr(p).shape, a)
             .map_err(|e| InterpError::BadArgument(format!("parameter {i}: {e}")))?;
     }
-    let mut per_device = crate::spmd::execute_devices(m, vec![args], u64::MAX)?;
+    let mut per_device = crate::spmd::execute_on(m, vec![args], 1, 1, 1, u64::MAX, limits)?;
     Ok(per_device.pop().unwrap_or_default())
 }
 
@@ -40,6 +50,7 @@ pub(crate) fn run_entry(
     m: &Module,
     dev: &crate::spmd::DeviceCtx,
     max_alloc: u64,
+    budget: &Budget,
     args: Vec<Value>,
 ) -> Result<Vec<Value>, InterpError> {
     let args: Vec<Rc<Value>> = args.into_iter().map(Rc::new).collect();
@@ -59,6 +70,9 @@ pub(crate) fn run_entry(
         dev,
         max_alloc,
         rng_state: Default::default(),
+        budget,
+        ticks: Default::default(),
+        loops: Default::default(),
     };
     let out = interp.run(m.entry, &args)?;
     let mut leaves = Vec::new();
@@ -115,6 +129,12 @@ pub(crate) struct Interp<'m> {
     pub max_alloc: u64,
     /// Counter behind `rng` and `rng-get-and-update-state` (starts at 0 per execution).
     pub rng_state: std::cell::Cell<u128>,
+    /// The run's limits, shared with the other devices.
+    pub budget: &'m Budget<'m>,
+    /// Steps this device has evaluated (paces the clock checks).
+    pub ticks: std::cell::Cell<u64>,
+    /// The `while` instructions being executed, outermost first (for messages).
+    pub loops: std::cell::RefCell<Vec<InstrId>>,
 }
 
 impl<'m> Interp<'m> {
@@ -152,6 +172,7 @@ impl<'m> Interp<'m> {
             if tiling.internal.contains(&id) {
                 continue;
             }
+            self.step(c)?;
             let v = match tiling.plans.get(&id) {
                 Some(plan) => {
                     crate::memory::check_allocation(self.m.instr(id), self.max_alloc)?;
@@ -176,6 +197,25 @@ impl<'m> Interp<'m> {
         }
         env.remove(&comp.root)
             .ok_or_else(|| InterpError::Internal(format!("root of '{}' not evaluated", comp.name)))
+    }
+
+    /// Counts one step against the run's limits; stops the run (and, through the
+    /// rendezvous, every device waiting at a collective) when one trips.
+    fn step(&self, c: CompId) -> Result<(), InterpError> {
+        let Some(reason) = self.budget.tick(&self.ticks) else {
+            return Ok(());
+        };
+        let innermost = self.loops.borrow().last().copied();
+        let (loop_name, computation) = match innermost {
+            Some(w) => {
+                let ins = self.m.instr(w);
+                (Some(ins.name.clone()), &self.m.comp(ins.parent).name)
+            }
+            None => (None, &self.m.comp(c).name),
+        };
+        let err = self.budget.trip(reason, loop_name, computation);
+        self.dev.rendezvous.abort(&err.to_string());
+        Err(err)
     }
 
     /// The value of instruction `id`: its parameter, or its op applied to the
@@ -253,22 +293,10 @@ impl<'m> Interp<'m> {
             Opcode::While => {
                 let cond = self.comp_attr(id, "condition")?;
                 let body = self.comp_attr(id, "body")?;
-                let mut state = ops[0].clone();
-                let mut n = 0u64;
-                loop {
-                    let c = self.run(cond, std::slice::from_ref(&state))?;
-                    if c.as_array()?.scalar_i64()? == 0 {
-                        return Ok(state);
-                    }
-                    n += 1;
-                    if n > MAX_LOOP_ITERATIONS {
-                        return Err(InterpError::LoopLimit(
-                            ins.name.clone(),
-                            MAX_LOOP_ITERATIONS,
-                        ));
-                    }
-                    state = self.run(body, std::slice::from_ref(&state))?;
-                }
+                self.loops.borrow_mut().push(id);
+                let out = self.run_while(id, cond, body, ops[0].clone());
+                self.loops.borrow_mut().pop();
+                out
             }
             Opcode::Conditional => {
                 let sel = arr(0)?;
@@ -381,6 +409,33 @@ impl<'m> Interp<'m> {
                 };
                 wrap(a)
             }
+        }
+    }
+}
+
+impl Interp<'_> {
+    /// Runs `while` instruction `id` from `state` until `cond` is false.
+    fn run_while(
+        &self,
+        id: InstrId,
+        cond: CompId,
+        body: CompId,
+        mut state: Rc<Value>,
+    ) -> Result<Rc<Value>, InterpError> {
+        let mut n = 0u64;
+        loop {
+            let c = self.run(cond, std::slice::from_ref(&state))?;
+            if c.as_array()?.scalar_i64()? == 0 {
+                return Ok(state);
+            }
+            n += 1;
+            if n > MAX_LOOP_ITERATIONS {
+                return Err(InterpError::LoopLimit(
+                    self.m.instr(id).name.clone(),
+                    MAX_LOOP_ITERATIONS,
+                ));
+            }
+            state = self.run(body, std::slice::from_ref(&state))?;
         }
     }
 }

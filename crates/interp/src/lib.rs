@@ -29,6 +29,7 @@ mod gather;
 mod gemm;
 mod index_ops;
 mod lift;
+pub mod limits;
 mod linalg;
 pub mod manual;
 pub mod memory;
@@ -46,8 +47,9 @@ mod tree_fold;
 pub mod value;
 mod window;
 
-pub use eval::{check_single_device, execute};
-pub use spmd::{execute_devices, run_global, GlobalRun};
+pub use eval::{check_single_device, execute, execute_limited};
+pub use limits::{RunLimits, StopReason};
+pub use spmd::{execute_devices, execute_devices_limited, run_global, GlobalRun};
 pub use value::{Array, Data, Value};
 
 /// Why a module could not be executed.
@@ -68,6 +70,18 @@ pub enum InterpError {
     /// A while loop ran past the iteration cap.
     #[error("while loop '{0}' exceeded {1} iterations")]
     LoopLimit(String, u64),
+    /// A step limit, deadline or interrupt stopped the run ([`limits`]); names the
+    /// innermost `while` loop being executed and the computation holding it.
+    #[error(
+        "{reason}{}{}",
+        crate::limits::place(.loop_name, .computation),
+        crate::limits::hint(.reason)
+    )]
+    Stopped {
+        reason: StopReason,
+        loop_name: Option<String>,
+        computation: String,
+    },
     /// An npz file could not be read or written.
     #[error("{0}")]
     Io(String),

@@ -8,6 +8,7 @@
 //! with [`InterpError::Collective`] naming where each device stood.
 
 use crate::eval::{check_value_shape, run_entry};
+use crate::limits::{Budget, RunLimits};
 use crate::sharding::{self, TileMap};
 use crate::value::{Array, Value};
 use crate::InterpError;
@@ -155,6 +156,16 @@ impl Rendezvous {
         }
     }
 
+    /// Stops every collective now and later with `why` (a device stopped on a
+    /// limit: the others must not wait for it).
+    pub(crate) fn abort(&self, why: &str) {
+        let mut st = self.lock();
+        if st.abort.is_none() {
+            st.abort = Some(why.to_string());
+        }
+        self.wake.notify_all();
+    }
+
     /// Marks `device` finished (with a result or an error) and wakes everyone.
     fn finish(&self, device: usize) {
         let mut st = self.lock();
@@ -232,20 +243,32 @@ pub fn execute_devices(
     args: Vec<Vec<Value>>,
     max_alloc: u64,
 ) -> Result<Vec<Vec<Value>>, InterpError> {
+    execute_devices_limited(m, args, max_alloc, &RunLimits::default())
+}
+
+/// [`execute_devices`] under `limits`: every device stops when one trips.
+pub fn execute_devices_limited(
+    m: &Module,
+    args: Vec<Vec<Value>>,
+    max_alloc: u64,
+    limits: &RunLimits,
+) -> Result<Vec<Vec<Value>>, InterpError> {
     let n = device_count(m)?;
     let replicas = m.config.replica_count.unwrap_or(1).max(1) as usize;
     let partitions = m.config.num_partitions.unwrap_or(1).max(1) as usize;
-    execute_on(m, args, replicas, partitions, n, max_alloc)
+    execute_on(m, args, replicas, partitions, n, max_alloc, limits)
 }
 
-/// [`execute_devices`] with an explicit device grid of `n = replicas * partitions`.
-fn execute_on(
+/// [`execute_devices`] with an explicit device grid of `n = replicas * partitions`,
+/// under `limits`.
+pub(crate) fn execute_on(
     m: &Module,
     args: Vec<Vec<Value>>,
     replicas: usize,
     partitions: usize,
     n: usize,
     max_alloc: u64,
+    limits: &RunLimits,
 ) -> Result<Vec<Vec<Value>>, InterpError> {
     if args.len() != n {
         return Err(InterpError::BadArgument(format!(
@@ -269,6 +292,7 @@ fn execute_on(
         }
     }
     let rendezvous = Rendezvous::new(m, n);
+    let budget = Budget::new(limits);
     let ctx = |device: usize| DeviceCtx {
         device,
         replica: device % replicas,
@@ -282,7 +306,7 @@ fn execute_on(
         // Marks the device finished however it stops, even by unwinding, so
         // the others never wait for it forever.
         let _finished = Finished(&rendezvous, device);
-        run_entry(m, &ctx(device), max_alloc, a)
+        run_entry(m, &ctx(device), max_alloc, &budget, a)
     };
     let results: Vec<Result<Vec<Value>, InterpError>> = if n == 1 {
         args.into_iter().map(|a| run_one(0, a)).collect()
@@ -311,6 +335,11 @@ fn execute_on(
                 .collect()
         })
     };
+    // A stop on a limit is the run's error whatever the other devices returned
+    // (they were stopped by it).
+    if let Some(stop) = budget.stopped() {
+        return Err(stop);
+    }
     first_error(results)
 }
 
@@ -351,6 +380,8 @@ pub struct GlobalRun {
     pub output_dims: Option<Vec<Vec<usize>>>,
     /// Largest single result an instruction may allocate, in bytes.
     pub max_alloc: u64,
+    /// Step budget, deadline and interrupt flag (none by default).
+    pub limits: RunLimits,
 }
 
 impl Default for GlobalRun {
@@ -359,6 +390,7 @@ impl Default for GlobalRun {
             output_shardings: None,
             output_dims: None,
             max_alloc: u64::MAX,
+            limits: RunLimits::default(),
         }
     }
 }
@@ -377,12 +409,12 @@ pub fn run_global(
     }
     if m.device_count() <= 1 || !sharding::is_partitioned(m) {
         sharding::check_runs_unpartitioned(m)?;
-        let mut single = execute_on(m, vec![args], 1, 1, 1, opts.max_alloc)?;
+        let mut single = execute_on(m, vec![args], 1, 1, 1, opts.max_alloc, &opts.limits)?;
         return Ok(single.pop().unwrap_or_default());
     }
     let n = device_count(m)?;
     let per_device = split_arguments(m, args, n)?;
-    let results = execute_devices(m, per_device, opts.max_alloc)?;
+    let results = execute_devices_limited(m, per_device, opts.max_alloc, &opts.limits)?;
     assemble_results(m, results, opts)
 }
 
@@ -408,7 +440,7 @@ fn run_manual(m: &Module, args: Vec<Value>, opts: &GlobalRun) -> Result<Vec<Valu
         return Err(InterpError::Unsupported(format!("a mesh of {n} devices")));
     }
     let per_device = vec![args; n];
-    let mut results = execute_on(m, per_device, 1, n, n, opts.max_alloc)?;
+    let mut results = execute_on(m, per_device, 1, n, n, opts.max_alloc, &opts.limits)?;
     results.truncate(1);
     Ok(results.pop().unwrap_or_default())
 }

@@ -8,6 +8,7 @@
 //! ├── ArgumentError     arguments that do not fit the program (count, shape, dtype)
 //! ├── TopologyError     a pod that cannot be built or does not fit the module
 //! ├── UnsupportedError  a feature tpusim does not simulate yet (names it)
+//! ├── LimitError        a run stopped by max_steps=, timeout= or the loop cap (names the loop)
 //! └── InternalError     a tpusim bug, including a caught Rust panic
 //! ```
 
@@ -60,6 +61,12 @@ create_exception!(
 );
 create_exception!(
     _tpusim,
+    LimitError,
+    TpusimError,
+    "A run stopped by its step or time limit (max_steps=, timeout=) or the while-loop cap."
+);
+create_exception!(
+    _tpusim,
     InternalError,
     TpusimError,
     "A tpusim bug (a caught panic or a broken invariant)."
@@ -83,8 +90,14 @@ pub enum BindError {
     Topology(String),
     #[error("{0}")]
     Unsupported(String),
+    /// A run stopped by a limit (names the while loop).
+    #[error("{0}")]
+    Limit(String),
     #[error("{0}")]
     Internal(String),
+    /// A Python exception to raise as it is (`KeyboardInterrupt` from Ctrl-C).
+    #[error(transparent)]
+    Python(#[from] PyErr),
     /// Any other failure (a loop limit, an I/O error): plain `TpusimError`.
     #[error("{0}")]
     Other(String),
@@ -100,10 +113,10 @@ impl From<InterpError> for BindError {
             InterpError::BadArgument(_) | InterpError::ElidedConstant(_) => {
                 BindError::Argument(text)
             }
-            InterpError::LoopLimit(..)
-            | InterpError::Io(_)
-            | InterpError::Collective(_)
-            | InterpError::MemoryLimit(_) => BindError::Other(text),
+            InterpError::LoopLimit(..) | InterpError::Stopped { .. } => BindError::Limit(text),
+            InterpError::Io(_) | InterpError::Collective(_) | InterpError::MemoryLimit(_) => {
+                BindError::Other(text)
+            }
             InterpError::Internal(_) => BindError::Internal(text),
         }
     }
@@ -137,7 +150,9 @@ impl From<BindError> for PyErr {
             BindError::Argument(_) => ArgumentError::new_err(text),
             BindError::Topology(_) => TopologyError::new_err(text),
             BindError::Unsupported(_) => UnsupportedError::new_err(text),
+            BindError::Limit(_) => LimitError::new_err(text),
             BindError::Internal(_) => InternalError::new_err(text),
+            BindError::Python(e) => e,
             BindError::Other(_) => TpusimError::new_err(text),
         }
     }
@@ -153,6 +168,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ArgumentError", py.get_type::<ArgumentError>())?;
     m.add("TopologyError", py.get_type::<TopologyError>())?;
     m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
+    m.add("LimitError", py.get_type::<LimitError>())?;
     m.add("InternalError", py.get_type::<InternalError>())?;
     Ok(())
 }

@@ -25,6 +25,8 @@ use errors::BindError;
 use pod::PodArgs;
 use pyo3::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 use tpusim_interp::GlobalRun;
 
 /// Runs `work` with the GIL released; a panic inside becomes `BindError::Internal`.
@@ -252,7 +254,8 @@ impl MaxMemory {
 /// global arrays in and out, as `tpusim run`. Returns `(array, dtype name)` per
 /// result leaf.
 #[pyfunction]
-#[pyo3(signature = (text, name, arrays, dtypes, max_memory=None, output_sharding=None))]
+#[pyo3(signature = (text, name, arrays, dtypes, max_memory=None, output_sharding=None, max_steps=None, timeout=None))]
+#[allow(clippy::too_many_arguments)] // the Python keywords, one each
 fn run<'py>(
     py: Python<'py>,
     text: String,
@@ -261,7 +264,10 @@ fn run<'py>(
     dtypes: Vec<String>,
     max_memory: Option<MaxMemory>,
     output_sharding: Option<OutputSharding>,
+    max_steps: Option<u64>,
+    timeout: Option<f64>,
 ) -> PyResult<Vec<(Bound<'py, PyAny>, &'static str)>> {
+    let timeout = timeout.map(timeout_duration).transpose()?;
     // Conversions hold the GIL; they too are guarded so no panic reaches Python.
     let call = RunCall {
         text,
@@ -269,6 +275,8 @@ fn run<'py>(
         dtypes,
         max_memory,
         output_sharding,
+        max_steps,
+        timeout,
     };
     Ok(no_panic(|| run_guarded(py, call, arrays))?)
 }
@@ -279,6 +287,19 @@ struct RunCall {
     dtypes: Vec<String>,
     max_memory: Option<MaxMemory>,
     output_sharding: Option<OutputSharding>,
+    max_steps: Option<u64>,
+    timeout: Option<Duration>,
+}
+
+/// `timeout=` seconds as a duration: positive and finite.
+fn timeout_duration(secs: f64) -> Result<Duration, BindError> {
+    if secs.is_nan() || secs <= 0.0 {
+        return Err(BindError::Argument(format!(
+            "timeout must be a positive number of seconds, got {secs}"
+        )));
+    }
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| BindError::Argument(format!("timeout {secs} is too large")))
 }
 
 /// The module, checked against the memory cap, and its run options.
@@ -316,6 +337,10 @@ fn prepare_run(call: RunCall) -> Result<(tpusim_hlo::Module, GlobalRun), BindErr
         output_dims,
         // A single buffer larger than the machine would abort the process.
         max_alloc: cap.min(memory::physical_memory().unwrap_or(u64::MAX)),
+        limits: tpusim_interp::RunLimits {
+            max_steps: call.max_steps,
+            ..Default::default()
+        },
     };
     Ok((m, opts))
 }
@@ -326,6 +351,7 @@ fn run_guarded<'py>(
     arrays: Vec<Bound<'py, PyAny>>,
 ) -> Result<Vec<(Bound<'py, PyAny>, &'static str)>, BindError> {
     let dtypes = std::mem::take(&mut call.dtypes);
+    let timeout = call.timeout;
     let (module, opts) = detached(py, move || prepare_run(call))?;
     let shapes = module.entry_parameter_shapes();
     if arrays.len() != shapes.len() || dtypes.len() != arrays.len() {
@@ -347,13 +373,74 @@ fn run_guarded<'py>(
             arrays::to_value(i, shape, &arrays::Input { array, dtype }, check_dims)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let leaves = detached(py, move || {
-        Ok(tpusim_interp::run_global(&module, inputs, &opts)?)
-    })?;
+    let leaves = run_interruptible(py, &module, inputs, opts, timeout)?;
     leaves
         .into_iter()
         .map(|leaf| arrays::to_numpy(py, leaf))
         .collect()
+}
+
+/// How often a run waiting for its worker thread looks for Ctrl-C.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// Stack of the run's worker thread: the interpreter recurses into called
+/// computations (as much as a process's main thread allows, and more).
+const WORKER_STACK_BYTES: usize = 64 << 20;
+
+/// Runs the module on a worker thread (the deadline counting from its start)
+/// while this thread, without the GIL, waits for it and every [`SIGNAL_POLL`]
+/// runs Python's signal handlers: Ctrl-C sets the run's interrupt flag, the
+/// worker stops at its next instruction, and the handler's `KeyboardInterrupt`
+/// is raised.
+fn run_interruptible(
+    py: Python<'_>,
+    module: &tpusim_hlo::Module,
+    inputs: Vec<tpusim_interp::Value>,
+    mut opts: GlobalRun,
+    timeout: Option<Duration>,
+) -> Result<Vec<tpusim_interp::Value>, BindError> {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let flag = opts.limits.interrupt.clone();
+    let (tx, mut rx) = channel();
+    std::thread::scope(|s| {
+        let work = move || {
+            opts.limits = std::mem::take(&mut opts.limits).with_timeout(timeout);
+            let r = no_panic(|| Ok(tpusim_interp::run_global(module, inputs, &opts)?));
+            let _ = tx.send(r);
+        };
+        let worker = std::thread::Builder::new()
+            .name("tpusim-run".into())
+            .stack_size(WORKER_STACK_BYTES)
+            .spawn_scoped(s, work)
+            .map_err(|e| BindError::Internal(format!("cannot start the run thread: {e}")))?;
+        let mut signal = None;
+        let result = loop {
+            // The receiver moves in and out: the closure run without the GIL must be Send.
+            let (back, got) = py.detach(move || {
+                let got = rx.recv_timeout(SIGNAL_POLL);
+                (rx, got)
+            });
+            rx = back;
+            match got {
+                Ok(r) => break r,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    break Err(BindError::Internal("the run thread gave no result".into()))
+                }
+            }
+            if signal.is_none() {
+                if let Err(e) = py.check_signals() {
+                    flag.store(true, Ordering::SeqCst);
+                    signal = Some(e);
+                }
+            }
+        };
+        let _ = worker.join();
+        match signal {
+            Some(e) => Err(BindError::Python(e)),
+            None => result,
+        }
+    })
 }
 
 /// One chip (a builtin id or a TOML file) as the JSON `tpusim chips --json` prints for it.

@@ -1,0 +1,80 @@
+"""Run limits: max_steps= and timeout= stop a runaway program with LimitError
+naming the loop; Ctrl-C (SIGINT) stops tpusim.run with KeyboardInterrupt."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import threading
+import time
+
+import pytest
+import tpusim
+
+
+def limits_file(repo: pathlib.Path, name: str) -> pathlib.Path:
+    return repo / "testdata" / "limits" / name
+
+
+def test_limit_error_is_a_tpusim_error() -> None:
+    assert issubclass(tpusim.LimitError, tpusim.TpusimError)
+    assert "LimitError" in tpusim.__all__
+
+
+def test_max_steps_stops_a_never_ending_loop_naming_it(repo: pathlib.Path) -> None:
+    with pytest.raises(tpusim.LimitError) as info:
+        tpusim.run(limits_file(repo, "never_ending_while.hlo"), max_steps=1000)
+    assert str(info.value).startswith(
+        "stopped after 1000 steps in while loop 'while.12' (computation 'main.1')"
+    ), str(info.value)
+    assert "max_steps=" in str(info.value)
+
+
+def test_every_device_stops(repo: pathlib.Path) -> None:
+    # Two partitions meeting at an all-reduce inside the loop: no hang.
+    with pytest.raises(tpusim.LimitError, match="while loop 'while.20'"):
+        tpusim.run(limits_file(repo, "never_ending_all_reduce.hlo"), max_steps=1000)
+
+
+def test_timeout_stops_soon_after_the_deadline(repo: pathlib.Path) -> None:
+    t0 = time.perf_counter()
+    with pytest.raises(tpusim.LimitError, match=r"^timed out after 0\.2.* 'while\.12'"):
+        tpusim.run(limits_file(repo, "never_ending_while.hlo"), timeout=0.2)
+    took = time.perf_counter() - t0
+    assert 0.2 <= took < 10, took
+
+
+def test_limits_leave_a_finite_program_alone() -> None:
+    text = "HloModule m\n\nENTRY e {\n  a = f32[] constant(2)\n  ROOT b = f32[] add(a, a)\n}\n"
+    (out,) = tpusim.run(text, max_steps=1000, timeout=30)
+    assert float(out) == 4.0
+    with pytest.raises(tpusim.LimitError, match="stopped after 1 steps"):
+        tpusim.run(text, max_steps=1)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
+def test_a_bad_timeout_is_an_argument_error(bad: float) -> None:
+    text = "HloModule m\n\nENTRY e {\n  ROOT a = f32[] constant(2)\n}\n"
+    with pytest.raises(tpusim.ArgumentError, match="timeout"):
+        tpusim.run(text, timeout=bad)
+
+
+@pytest.mark.parametrize("name", ["never_ending_while.hlo", "never_ending_all_reduce.hlo"])
+def test_ctrl_c_raises_keyboard_interrupt(repo: pathlib.Path, name: str) -> None:
+    sent = []
+
+    def interrupt() -> None:
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(0.3, interrupt)
+    timer.start()
+    try:
+        # The timeout only keeps a broken interrupt from hanging the test suite.
+        with pytest.raises(KeyboardInterrupt):
+            tpusim.run(limits_file(repo, name), timeout=60)
+        latency = time.perf_counter() - sent[0]
+    finally:
+        timer.cancel()
+    assert latency < 2.0, latency
