@@ -180,7 +180,11 @@ fn numbers(text: &str) -> Vec<(usize, usize)> {
             if s > 0 && b[s - 1] == b'-' {
                 s -= 1;
             }
-            out.push((s, i));
+            // Digits inside names (`add.3`, `%p0`) only make undefined names.
+            let in_name = s > 0 && (is_word_byte(b[s - 1]) || matches!(b[s - 1], b'.' | b'%'));
+            if !in_name {
+                out.push((s, i));
+            }
         } else {
             i += 1;
         }
@@ -286,9 +290,13 @@ fn random_number(rng: &mut Rng, old: &str) -> String {
 /// One mutation of `text`: the new text and what was done, or `None` when
 /// the text has nothing this kind of mutation applies to.
 fn mutate_once(text: &str, rng: &mut Rng) -> Option<(String, String)> {
-    let kind = rng.below(12);
-    match kind {
-        0 | 1 => {
+    // Weighted towards mutations that keep the text parsable, so that later
+    // stages see many mutants: numbers, types, dims, opcodes, operand order.
+    const KINDS: [u8; 24] = [
+        0, 0, 0, 0, 0, 0, 2, 3, 4, 5, 6, 6, 6, 7, 7, 7, 8, 8, 8, 9, 9, 9, 10, 11,
+    ];
+    match KINDS[rng.below(KINDS.len())] {
+        0 => {
             let r = *rng.pick(&numbers(text))?;
             let new = random_number(rng, &text[r.0..r.1]);
             Some((
@@ -699,6 +707,22 @@ fn first_lines(text: &str, n: usize) -> String {
     out.join("\n")
 }
 
+/// The lines the mutations name (`line N: ...`), with their numbers.
+fn mutated_lines(text: &str, what: &[String]) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for w in what {
+        let n = w
+            .strip_prefix("line ")
+            .and_then(|r| r.split(':').next())
+            .and_then(|n| n.parse::<usize>().ok());
+        if let Some(line) = n.and_then(|n| all.get(n.wrapping_sub(1)).map(|l| (n, l))) {
+            out.push(format!("{:>5} | {}", line.0, line.1));
+        }
+    }
+    out.join("\n")
+}
+
 #[derive(Default)]
 struct Counts {
     mutants: usize,
@@ -841,10 +865,11 @@ fn mutants_never_panic_or_hang() {
             let (file, what, text) = mutant(&files, i);
             let msg = &panics.iter().find(|p| p.0 == i).unwrap().1;
             eprintln!(
-                "\nPANIC at {site} ({} mutants, first {i}): {msg}\n  from {file}: {}\n  replay: TPUSIM_MUTANT={i} cargo test -p tpusim-cli --test mutation\n{}",
+                "\nPANIC at {site} ({} mutants, first {i}): {msg}\n  from {file}: {}\n  replay: TPUSIM_MUTANT={i} cargo test -p tpusim-cli --test mutation -- --nocapture\n{}\n{}",
                 ids.len(),
                 what.join("; "),
-                first_lines(&text, 25)
+                first_lines(&text, 3),
+                mutated_lines(&text, &what)
             );
         }
         panic!(
