@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tpusim_hlo::{Module, Opcode, PrimitiveType, SourceMap};
@@ -405,9 +405,23 @@ fn mutate_once(text: &str, rng: &mut Rng) -> Option<(String, String)> {
                     new.insert(k, random_number(rng, "1"));
                 }
             }
+            let rank_changed = new.len() != dims.len();
             let new = new.join(",");
+            // A layout lists every dim: drop it with a rank change, or the
+            // parser refuses every such mutant.
+            let mut end = r.1;
+            if rank_changed && text[r.1..].starts_with("]{") {
+                if let Some(close) = text[r.1..].find('}') {
+                    end = r.1 + close + 1;
+                }
+            }
+            let replaced = if end == r.1 {
+                splice(text, r, &new)
+            } else {
+                splice(text, (r.0, end), &format!("{new}]"))
+            };
             Some((
-                splice(text, r, &new),
+                replaced,
                 format!(
                     "line {}: dims [{}] -> [{new}]",
                     line_no(text, r.0),
@@ -515,7 +529,7 @@ fn pipeline(text: &str, index: usize) -> Verdict {
         run: RunOutcome::NotRun,
         note: String::new(),
     };
-    let modules = match tpusim_hlo::parse_modules_with_spans(text) {
+    let modules = match timed(0, || tpusim_hlo::parse_modules_with_spans(text)) {
         Ok(m) => m,
         Err(e) => {
             res.note = e.render("mutant.hlo", text);
@@ -544,16 +558,18 @@ fn one_module(
     note: &mut String,
 ) -> (Outcome, RunOutcome) {
     // `fmt` prints whatever parsed.
-    let _ = tpusim_hlo::print_module(m);
-    if let Err(errors) = tpusim_hlo::verify(m) {
+    if let Err(errors) = timed(0, || {
+        let _ = tpusim_hlo::print_module(m);
+        tpusim_hlo::verify(m)
+    }) {
         for e in &errors {
             *note = e.render("mutant.hlo", text, m, spans);
         }
         return (Outcome::VerifyError, RunOutcome::NotRun);
     }
-    let (outcome, partitioned) = analyze(m, index, note);
+    let (outcome, partitioned) = timed(1, || analyze(m, index, note));
     let run = match partitioned {
-        Some(p) => run(m, &p, index, note),
+        Some(p) => timed(2, || run(m, &p, index, note)),
         None => RunOutcome::NotRun,
     };
     (outcome, run)
@@ -669,6 +685,17 @@ thread_local! {
 }
 
 static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Microseconds spent in each stage, all mutants together: parse+verify,
+/// partition+compile+price, run.
+static STAGE_US: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+fn timed<R>(stage: usize, f: impl FnOnce() -> R) -> R {
+    let t = Instant::now();
+    let r = f();
+    STAGE_US[stage].fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+    r
+}
 
 fn install_quiet_hook() {
     let default = std::panic::take_hook();
@@ -849,6 +876,13 @@ fn mutants_never_panic_or_hang() {
         c.ran_ok,
         c.errors,
         panics.len()
+    );
+    let us = |k: usize| STAGE_US[k].load(Ordering::Relaxed) as f64 / 1e6;
+    eprintln!(
+        "time in stages (all threads): parse+verify {:.1} s, analyze {:.1} s, run {:.1} s",
+        us(0),
+        us(1),
+        us(2)
     );
     for (k, n) in &c.by_outcome {
         eprintln!("  {k:<28} {n}");
