@@ -175,3 +175,14 @@ fn sharding_custom_call_without_an_operand_is_an_error() {
     let e = partition_text(text, None).unwrap_err();
     assert!(e.to_string().contains("takes one operand, not 0"), "{e}");
 }
+
+/// A Shardy mesh whose axis sizes multiply past u32 is refused (the product
+/// used to overflow).
+#[test]
+fn a_mesh_larger_than_u32_is_an_error() {
+    let text = "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"a\"=65536, \"b\"=65536]>}}\nENTRY e {\n  x = f32[4] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{\\\"a\\\"}]>\"}\n  ROOT n = f32[4] negate(x)\n}\n";
+    let m = tpusim_hlo::parse_module(text).expect("parses");
+    let e = tpusim_spmd::mesh_of(&m, &PartitionOptions::default()).unwrap_err();
+    assert!(matches!(e, SpmdError::Mesh(_)), "{e}");
+    assert!(partition_text(text, None).is_err());
+}
