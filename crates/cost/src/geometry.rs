@@ -182,7 +182,7 @@ pub(crate) fn reduce_window_count(
             }
         }
     }
-    (win - 1).saturating_mul(out)
+    win.saturating_sub(1).saturating_mul(out)
 }
 
 #[cfg(test)]
