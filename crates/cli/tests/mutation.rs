@@ -9,7 +9,8 @@
 //! Deterministic: mutant `i` depends only on `SEED`, `i` and the corpus.
 //! - `TPUSIM_MUTANT=<i>` replays mutant `i` alone, printing it and letting a
 //!   panic escape (with `RUST_BACKTRACE=1` for its backtrace);
-//! - `TPUSIM_MUTANTS=<n>` changes how many mutants are tried (default 10,000);
+//! - `TPUSIM_MUTANTS=<n>` changes how many mutants are tried (default 10,000),
+//!   `TPUSIM_MUTANTS_FROM=<i>` the first one's index (default 0);
 //! - `TPUSIM_MUTANTS_VERBOSE=1` prints the outcome of every mutant.
 
 use std::cell::RefCell;
@@ -773,6 +774,7 @@ fn mutants_never_panic_or_hang() {
         return;
     }
     let count = env_usize("TPUSIM_MUTANTS").unwrap_or(DEFAULT_MUTANTS);
+    let from = env_usize("TPUSIM_MUTANTS_FROM").unwrap_or(0);
     let verbose = std::env::var("TPUSIM_MUTANTS_VERBOSE").is_ok_and(|v| v == "1");
     let started = Instant::now();
     install_quiet_hook();
@@ -811,8 +813,8 @@ fn mutants_never_panic_or_hang() {
         std::thread::scope(|w| {
             for _ in 0..workers {
                 w.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= count {
+                    let i = from + next.fetch_add(1, Ordering::SeqCst);
+                    if i >= from + count {
                         break;
                     }
                     let (_, _, text) = mutant(&files, i);
@@ -944,6 +946,10 @@ const REGRESSIONS: &[(&str, &str)] = &[
     (
         "Shardy mesh of 2^32 devices (the u32 product overflowed)",
         "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"a\"=65536, \"b\"=65536]>}}\nENTRY e {\n  x = f32[4] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{\\\"a\\\"}]>\"}\n  ROOT n = f32[4] negate(x)\n}\n",
+    ),
+    (
+        "sub-byte array packed at E(2^63 - 1) bits (elements x bits overflowed)",
+        "HloModule m\nENTRY e {\n  a = f4e2m1fn[80,20]{1,0:E(9223372036854775807)} parameter(0)\n  ROOT n = f4e2m1fn[80,20]{1,0:E(9223372036854775807)} negate(a)\n}\n",
     ),
     (
         "convolution with a window of 2^31 positions (counted pair by pair: a hang)",
