@@ -134,8 +134,8 @@ const NUMBERS: &[&str] = &[
 ];
 
 const TYPES: &[&str] = &[
-    "pred", "s4", "s8", "s16", "s32", "s64", "u4", "u8", "u16", "u32", "u64", "f16", "bf16",
-    "f32", "f64", "c64", "c128", "f8e4m3fn", "f8e5m2", "token",
+    "pred", "s4", "s8", "s16", "s32", "s64", "u4", "u8", "u16", "u32", "u64", "f16", "bf16", "f32",
+    "f64", "c64", "c128", "f8e4m3fn", "f8e5m2", "token",
 ];
 
 /// Byte ranges of the tokens of `text`: runs of identifier characters
@@ -391,7 +391,10 @@ fn mutate_once(text: &str, rng: &mut Rng) -> Option<(String, String)> {
         8 => {
             // Change, drop or add one dimension of a shape.
             let r = *rng.pick(&dim_lists(text))?;
-            let dims: Vec<&str> = text[r.0..r.1].split(',').filter(|d| !d.is_empty()).collect();
+            let dims: Vec<&str> = text[r.0..r.1]
+                .split(',')
+                .filter(|d| !d.is_empty())
+                .collect();
             let mut new: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
             match rng.below(3) {
                 0 if !new.is_empty() => {

@@ -247,7 +247,10 @@ mod tests {
     fn huge_windows_are_counted_without_walking_them() {
         let w = window(1, 0, 1, 1);
         let t = std::time::Instant::now();
-        assert_eq!(valid_positions(&w, 1 << 32, 4, 1 << 32), 4 * ((1 << 32) - 3) + 6);
+        assert_eq!(
+            valid_positions(&w, 1 << 32, 4, 1 << 32),
+            4 * ((1 << 32) - 3) + 6
+        );
         assert!(t.elapsed().as_secs() < 5);
     }
 }

@@ -254,7 +254,8 @@ fn select_and_scatter(m: &Module, i: &Instruction, p: &mut Props) {
         Some(AttrValue::Window(w)) => saturating_product(w.dims.iter().map(|d| d.size)),
         _ => 1,
     };
-    let mut c = computation_props(m, sel).scaled_compute((source as f64 * (win as f64 - 1.0)) as f32);
+    let mut c =
+        computation_props(m, sel).scaled_compute((source as f64 * (win as f64 - 1.0)) as f32);
     c.add(computation_props(m, sc).scaled_compute(source as f32));
     set_compute(p, c);
 }

@@ -191,10 +191,7 @@ impl Shape {
             }
             // Saturating: dims come from the input, and two saturated leaves
             // would overflow a plain sum.
-            Shape::Tuple(t) => t
-                .iter()
-                .map(Shape::byte_size)
-                .fold(0, u64::saturating_add),
+            Shape::Tuple(t) => t.iter().map(Shape::byte_size).fold(0, u64::saturating_add),
             Shape::Buffer(b) => b.byte_size(),
         }
     }

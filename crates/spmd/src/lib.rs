@@ -156,9 +156,7 @@ pub fn mesh_of(m: &Module, options: &PartitionOptions) -> Result<Vec<(String, u3
     // In u64 and saturating: two axes of 65536 overflow a u32 product; any
     // mesh over 2^16 devices is refused below.
     let sdy_n = sdy.as_ref().map(|a| {
-        let n = a
-            .iter()
-            .fold(1u64, |n, x| n.saturating_mul(u64::from(x.1)));
+        let n = a.iter().fold(1u64, |n, x| n.saturating_mul(u64::from(x.1)));
         u32::try_from(n).unwrap_or(u32::MAX)
     });
     let n = options
