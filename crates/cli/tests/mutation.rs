@@ -955,6 +955,10 @@ const REGRESSIONS: &[(&str, &str)] = &[
         "HloModule m\nENTRY e {\n  a = f4e2m1fn[80,20]{1,0:E(9223372036854775807)} parameter(0)\n  ROOT n = f4e2m1fn[80,20]{1,0:E(9223372036854775807)} negate(a)\n}\n",
     ),
     (
+        "gather of a collapsed dim with slice size 0 (the start clamped past the end)",
+        "HloModule m\nENTRY e {\n  x = f32[5,7] parameter(0)\n  i = s32[6,2] parameter(1)\n  ROOT g = f32[6,3] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={0,3}\n}\n",
+    ),
+    (
         "convolution with a window of 2^31 positions (counted pair by pair: a hang)",
         "HloModule m\nENTRY e {\n  x = f32[1,2147483648,1] parameter(0)\n  k = f32[2147483647,1,1] parameter(1)\n  ROOT c = f32[1,2,1] convolution(x, k), window={size=2147483647}, dim_labels=b0f_0io->b0f\n}\n",
     ),
