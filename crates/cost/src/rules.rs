@@ -108,13 +108,14 @@ fn dot_flops(m: &Module, i: &Instruction, result: &Shape) -> f32 {
     let Some(lhs) = operand_shape(m, i, 0) else {
         return 0.0;
     };
-    let width: i64 = i
+    // Products in f64: dims come from the input and can overflow i64.
+    let width: f64 = i
         .attr_ints("lhs_contracting_dims")
         .unwrap_or(&[])
         .iter()
-        .map(|&d| lhs.dims().get(d as usize).copied().unwrap_or(1))
+        .map(|&d| lhs.dims().get(d as usize).copied().unwrap_or(1) as f64)
         .product();
-    FMA_FLOPS * (elements_in(result) * width) as f32
+    FMA_FLOPS * (elements_in(result) as f64 * width) as f32
 }
 
 /// XLA drops the *leading* result dimensions, one per rhs group dimension
@@ -134,7 +135,7 @@ fn triangular_solve(m: &Module, i: &Instruction, p: &mut Props) {
     p.bytes = shape_size(&i.shape) + operand_size(m, i, 0) / 2.0 + operand_size(m, i, 1);
     let n = operand_shape(m, i, 0).map_or(0, |a| a.dims().last().copied().unwrap_or(0));
     let b = operand_shape(m, i, 1).map_or(0, elements_in);
-    p.flops = FMA_FLOPS * (n * b) as f32;
+    p.flops = FMA_FLOPS * (n as f64 * b as f64) as f32;
 }
 
 /// Half the matrix read, half written; n^3 / 3 flops per batch (integer
@@ -143,7 +144,7 @@ fn cholesky(m: &Module, i: &Instruction, p: &mut Props) {
     p.bytes = operand_size(m, i, 0);
     let a = operand_shape(m, i, 0);
     let n = a.map_or(0, |a| a.dims().last().copied().unwrap_or(0));
-    p.flops = ((n * a.map_or(0, elements_in)) / 3) as f32;
+    p.flops = ((i128::from(n) * i128::from(a.map_or(0, elements_in))) / 3) as f32;
 }
 
 /// One transcendental per generated element.
@@ -165,20 +166,20 @@ fn fft_flops(m: &Module, i: &Instruction) -> f32 {
     let Some(input) = operand_shape(m, i, 0) else {
         return 0.0;
     };
-    let log_factors: i64 = i
+    let log_factors: f64 = i
         .attr_ints("fft_length")
         .unwrap_or(&[])
         .iter()
         .map(|&d| {
             if d > 0 {
-                63 - d.leading_zeros() as i64
+                f64::from(63 - d.leading_zeros())
             } else {
-                0
+                0.0
             }
         })
         .product();
     // Four FMAs per complex multiply.
-    FMA_FLOPS * 4.0 * (log_factors * elements_in(input)) as f32
+    FMA_FLOPS * 4.0 * (log_factors * elements_in(input) as f64) as f32
 }
 
 fn sort_flops(m: &Module, i: &Instruction) -> f32 {
@@ -188,7 +189,7 @@ fn sort_flops(m: &Module, i: &Instruction) -> f32 {
     } else {
         64 - ((n - 1) as u64).leading_zeros() as i64
     };
-    (n * log2_ceil) as f32
+    (n as f64 * log2_ceil as f64) as f32
 }
 
 /// XLA assumes two replicas: one flop per output element.
@@ -238,7 +239,7 @@ fn reduce_window(m: &Module, i: &Instruction, p: &mut Props) {
         Some(AttrValue::Window(w)) => w.dims.clone(),
         _ => Vec::new(),
     };
-    let win: i64 = window.iter().map(|d| d.size).product();
+    let win = saturating_product(window.iter().map(|d| d.size));
     let out = elements_in(first_array_shape(&i.shape));
     let count = crate::geometry::reduce_window_count(i, &window, win, out);
     set_compute(p, sub.scaled_compute(count as f32));
@@ -249,13 +250,19 @@ fn select_and_scatter(m: &Module, i: &Instruction, p: &mut Props) {
         return;
     };
     let source = operand_shape(m, i, 1).map_or(0, elements_in);
-    let win: i64 = match i.attr("window") {
-        Some(AttrValue::Window(w)) => w.dims.iter().map(|d| d.size).product(),
+    let win = match i.attr("window") {
+        Some(AttrValue::Window(w)) => saturating_product(w.dims.iter().map(|d| d.size)),
         _ => 1,
     };
-    let mut c = computation_props(m, sel).scaled_compute((source * (win - 1)) as f32);
+    let mut c =
+        computation_props(m, sel).scaled_compute((source as f64 * (win as f64 - 1.0)) as f32);
     c.add(computation_props(m, sc).scaled_compute(source as f32));
     set_compute(p, c);
+}
+
+/// The product of window sizes from the input, at most `i64::MAX`.
+fn saturating_product(xs: impl Iterator<Item = i64>) -> i64 {
+    xs.fold(1i64, i64::saturating_mul)
 }
 
 fn map(m: &Module, i: &Instruction, p: &mut Props) {

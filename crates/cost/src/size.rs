@@ -33,7 +33,9 @@ fn array_size(a: &ArrayShape) -> f32 {
     // whole bytes.
     let packed = a.layout.as_ref().map_or(0, |l| l.element_size_bits());
     let data = if packed > 0 {
-        ((elements(a) * packed + 7) / 8) as f32
+        // In f64: `E(bits)` comes from the input, and elements x bits can pass
+        // i64 (exact below 2^53, where every real size lies).
+        (elements(a) as f64 * packed as f64 / 8.0).ceil() as f32
     } else {
         (elements(a) as f32) * a.ty.byte_size() as f32
     };
@@ -56,5 +58,27 @@ fn elements(a: &ArrayShape) -> i64 {
 
 /// `ShapeUtil::ElementsInRecursive`: elements of every array leaf.
 pub(crate) fn elements_recursive(s: &Shape) -> i64 {
-    s.leaves().iter().map(|a| elements(a)).sum()
+    s.leaves()
+        .iter()
+        .map(|a| elements(a))
+        .fold(0, i64::saturating_add)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the mutation test: `E(9223372036854775807)` overflowed
+    /// elements x bits.
+    #[test]
+    fn packed_sizes_do_not_overflow() {
+        let text = "HloModule m\nENTRY e {\n  ROOT a = f4e2m1fn[80,20]{1,0:E(4)} parameter(0)\n}\n";
+        let m = tpusim_hlo::parse_module(text).unwrap();
+        let s = &m.instr(m.entry().root).shape;
+        assert_eq!(shape_size(s), 800.0);
+        let huge = text.replace("E(4)", "E(9223372036854775807)");
+        let m = tpusim_hlo::parse_module(&huge).unwrap();
+        let s = &m.instr(m.entry().root).shape;
+        assert!(shape_size(s) > 1e20);
+    }
 }

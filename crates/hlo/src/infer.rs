@@ -1861,9 +1861,10 @@ impl Ctx<'_> {
     }
 
     /// Fused parameters take the leading operands (XLA allows unused trailing
-    /// ones). Only element types are compared: print_indexing_test.hlo passes
-    /// an `s32[1024]` operand to an `s32[]` fused parameter, and XLA's tools
-    /// accept it.
+    /// ones), each of the parameter's shape, layouts aside, as XLA's
+    /// `CheckFusionInstruction` requires ("Shape mismatch between parameter
+    /// number N and its operand"): the interpreter and the cost model index
+    /// the operand by the parameter's dimensions.
     fn fusion(&self) -> Result<Expect, InferError> {
         let sig = self.sig("calls")?;
         if sig.params.len() > self.ops.len() {
@@ -1874,7 +1875,7 @@ impl Ctx<'_> {
             )));
         }
         for (i, (p, a)) in sig.params.iter().zip(self.ops).enumerate() {
-            if p.element_type() != a.element_type() || p.is_tuple() != a.is_tuple() {
+            if !shapes_compatible(p, a) {
                 return Err(invalid(format!(
                     "fusion computation parameter {i} is {} but the operand is {}",
                     shape_text(p),

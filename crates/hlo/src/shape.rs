@@ -189,7 +189,9 @@ impl Shape {
                 let n = a.element_count().unwrap_or(0).max(0) as u64;
                 n.saturating_mul(a.ty.byte_size())
             }
-            Shape::Tuple(t) => t.iter().map(Shape::byte_size).sum(),
+            // Saturating: dims come from the input, and two saturated leaves
+            // would overflow a plain sum.
+            Shape::Tuple(t) => t.iter().map(Shape::byte_size).fold(0, u64::saturating_add),
             Shape::Buffer(b) => b.byte_size(),
         }
     }

@@ -172,6 +172,15 @@ pub(crate) fn gather(
             "gather output shape does not match its dimension numbers",
         ));
     }
+    // Shape inference lets a collapsed (or batching) dim have slice size 0
+    // ("bound 1 or 0"), which leaves nothing to read for a non-empty result.
+    let empty_slice = (0..rank).any(|d| slice_sizes[d] == 0);
+    if empty_slice && elem_count(&out_dims) > 0 {
+        return Err(InterpError::Unsupported(
+            "gather of an empty slice (a collapsed dim of slice size 0) into a non-empty result"
+                .to_string(),
+        ));
+    }
     let ost = strides(&operand.dims);
     let outst = strides(&out_dims);
     let slice_shape: Vec<usize> = kept.iter().map(|&k| slice_sizes[k]).collect();

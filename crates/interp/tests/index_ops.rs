@@ -37,6 +37,21 @@ fn gather_with_no_indices_is_empty() {
     assert!(a.data.is_empty());
 }
 
+/// Found by the mutation test: a collapsed dim of slice size 0 (which shape
+/// inference allows) clamped the start past the operand's end.
+#[test]
+fn gather_of_an_empty_collapsed_slice_is_an_error() {
+    let e = common::run("ENTRY e {
+  z = f32[] constant(0)
+  x = f32[5,7] broadcast(z), dimensions={}
+  o = s32[] constant(1)
+  i = s32[6,2] broadcast(o), dimensions={}
+  ROOT g = f32[6,3] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={0,3}
+}")
+    .unwrap_err();
+    assert!(e.to_string().contains("empty slice"), "{e}");
+}
+
 #[test]
 fn gather_batching_dims_clamp_only_the_indexed_dim() {
     // Row b reads x[b, clamp(i[b], 0, 5-3) : +3].

@@ -998,7 +998,7 @@ fn ranked_hints(a: &Analysis, chip: &Chip) -> Vec<(f64, String)> {
             .iter()
             .filter(|o| o.bound == Bound::Overhead)
             .map(|o| o.occurrences)
-            .sum();
+            .fold(0, u64::saturating_add);
         out.push((
             overhead,
             format!(

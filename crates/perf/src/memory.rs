@@ -125,7 +125,9 @@ struct Buf {
 #[derive(Default)]
 pub(crate) struct Mem {
     bufs: Vec<Buf>,
-    in_use: u64,
+    /// Exact (u128): byte sizes come from the input and many saturated
+    /// buffers would overflow a u64, then underflow when freed.
+    in_use: u128,
     seq: u64,
     peak: u64,
     peak_s: f64,
@@ -170,16 +172,17 @@ impl Mem {
 
     fn record(&mut self, time_s: f64) {
         self.seq += 1;
-        if self.in_use > self.peak {
-            self.peak = self.in_use;
+        let in_use = u64::try_from(self.in_use).unwrap_or(u64::MAX);
+        if in_use > self.peak {
+            self.peak = in_use;
             self.peak_s = time_s;
             self.peak_seq = self.seq;
         }
         match self.points.last_mut() {
-            Some(p) if p.time_s == time_s => p.bytes = self.in_use,
+            Some(p) if p.time_s == time_s => p.bytes = in_use,
             _ => self.points.push(MemoryPoint {
                 time_s,
-                bytes: self.in_use,
+                bytes: in_use,
             }),
         }
     }
@@ -203,7 +206,7 @@ impl Mem {
             alloc_s: time_s,
             free_s: None,
         });
-        self.in_use += bytes;
+        self.in_use += u128::from(bytes);
         (self.bufs.len() - 1) as BufId
     }
 
@@ -223,7 +226,7 @@ impl Mem {
             .map(|(k, s)| {
                 let mut bytes = s.byte_size();
                 if self.in_place.contains(&(instr, k as u32)) {
-                    self.aliased_bytes += bytes;
+                    self.aliased_bytes = self.aliased_bytes.saturating_add(bytes);
                     bytes = 0;
                 }
                 self.new_buf(instr, k as u32, bytes, kind, time_s)
@@ -268,7 +271,7 @@ impl Mem {
             if buf.refs == 0 && buf.free_seq == u64::MAX {
                 buf.free_seq = self.seq + 1;
                 buf.free_s = Some(time_s);
-                self.in_use -= buf.bytes;
+                self.in_use -= u128::from(buf.bytes);
                 freed = true;
             }
         }
@@ -290,7 +293,7 @@ impl Mem {
             bufs.iter()
                 .filter(|b| b.kind == kind)
                 .map(|b| b.bytes)
-                .sum()
+                .fold(0, u64::saturating_add)
         };
         let peak_seq = self.peak_seq;
         let mut peak_buffers: Vec<LiveBuffer> = self

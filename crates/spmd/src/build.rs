@@ -572,6 +572,16 @@ impl Out {
         if from == to {
             return Ok(x);
         }
+        // Both shardings index the array's dims; a mismatch comes from an
+        // annotation of the wrong rank that escaped its own check.
+        if from.rank() != global.len() || to.rank() != global.len() {
+            return Err(SpmdError::Internal(format!(
+                "resharding a rank-{} array from a rank-{} to a rank-{} sharding",
+                global.len(),
+                from.rank(),
+                to.rank()
+            )));
+        }
         if let Some(b) = self.rebroadcast(cb, x, global, from, to) {
             return Ok(b);
         }

@@ -153,7 +153,12 @@ pub fn needs_partitioning(m: &Module) -> bool {
 /// The mesh (named axes) `m` is partitioned over.
 pub fn mesh_of(m: &Module, options: &PartitionOptions) -> Result<Vec<(String, u32)>, SpmdError> {
     let sdy = sdy_mesh(m)?.filter(|a| !a.is_empty());
-    let sdy_n = sdy.as_ref().map(|a| a.iter().map(|x| x.1).product::<u32>());
+    // In u64 and saturating: two axes of 65536 overflow a u32 product; any
+    // mesh over 2^16 devices is refused below.
+    let sdy_n = sdy.as_ref().map(|a| {
+        let n = a.iter().fold(1u64, |n, x| n.saturating_mul(u64::from(x.1)));
+        u32::try_from(n).unwrap_or(u32::MAX)
+    });
     let n = options
         .num_devices
         .or_else(|| m.config.num_partitions.filter(|&p| p > 1).map(|p| p as u32))

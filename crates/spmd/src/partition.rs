@@ -1386,6 +1386,24 @@ impl<'m> Partitioner<'m> {
         ops: &[Val],
     ) -> Result<Val, SpmdError> {
         let target = ins.attr_ident("custom_call_target").unwrap_or("");
+        // These annotate (or re-view) one value; the verifier lets a custom-call
+        // take any number of operands.
+        let one_value = matches!(
+            target,
+            "Sharding"
+                | "xla.sdy.FuncResultSharding"
+                | "SPMDFullToShardShape"
+                | "SPMDShardToFullShape"
+        );
+        if one_value && ops.len() != 1 {
+            return Err(self.unsupported(
+                ins,
+                format!(
+                    "custom-call '{target}' takes one operand, not {}",
+                    ops.len()
+                ),
+            ));
+        }
         match target {
             "Sharding" if matches!(ins.sharding(), Some(Sharding::Single(x)) if x.kind == tpusim_hlo::attr::ShardingKind::Manual) => {
                 Ok(ops[0].clone())
@@ -1413,7 +1431,13 @@ impl<'m> Partitioner<'m> {
                 let to = self.annotation(ins)?.ok_or_else(|| {
                     self.unsupported(ins, "SPMDShardToFullShape without a sharding")
                 })?;
-                self.check_local(ins, ops[0].id, &ins.shape, &to[0])?;
+                let [single] = to.as_slice() else {
+                    return Err(self.unsupported(
+                        ins,
+                        "SPMDShardToFullShape needs one sharding for its one result",
+                    ));
+                };
+                self.check_local(ins, ops[0].id, &ins.shape, single)?;
                 Ok(Val {
                     id: ops[0].id,
                     sh: to,
@@ -1703,16 +1727,29 @@ pub fn sharding_text(s: &SingleSharding) -> String {
 
 impl Partitioner<'_> {
     /// Sharding of `values` of a Shardy per-value attribute over manual axes.
+    /// The shardings of `key` (one per value), each checked against the rank
+    /// of the value it describes (`ranks`): resharding indexes both by dim.
     fn sdy_shardings(
         &self,
         ins: &Instruction,
         key: &str,
         manual: &[String],
+        ranks: &[usize],
     ) -> Result<Vec<Sh>, SpmdError> {
         let text = tpusim_hlo::sdy::frontend_attr(ins, key)
             .ok_or_else(|| self.unsupported(ins, format!("no {key}")))?;
         let values =
             tpusim_hlo::sdy::parse_per_value(text).map_err(|e| self.unsupported(ins, e))?;
+        let have: Vec<usize> = values.iter().map(Vec::len).collect();
+        if have != ranks {
+            return Err(SpmdError::BadSharding {
+                instr: ins.name.clone(),
+                sharding: text.to_string(),
+                why: format!(
+                    "{key} gives shardings of ranks {have:?} for values of ranks {ranks:?}"
+                ),
+            });
+        }
         values
             .iter()
             .map(|dims| {
@@ -1793,7 +1830,12 @@ impl Partitioner<'_> {
                 why: format!("axis '{outer}' is already manual in an enclosing shard_map region"),
             });
         }
-        let shs = self.sdy_shardings(ins, "xla.sdy.in_shardings", &manual)?;
+        let ranks: Vec<usize> = ins
+            .operands
+            .iter()
+            .map(|&o| self.src.instr(o).shape.rank())
+            .collect();
+        let shs = self.sdy_shardings(ins, "xla.sdy.in_shardings", &manual, &ranks)?;
         if shs.len() != ops.len() {
             return Err(self.unsupported(ins, "in_shardings do not match the operands"));
         }
@@ -1835,8 +1877,9 @@ impl Partitioner<'_> {
                 })
             }
         }
-        let shs = self.sdy_shardings(ins, "xla.sdy.out_shardings", &manual)?;
         let leaves = leaves_of(&ins.shape);
+        let ranks: Vec<usize> = leaves.iter().map(|l| l.rank()).collect();
+        let shs = self.sdy_shardings(ins, "xla.sdy.out_shardings", &manual, &ranks)?;
         if shs.len() != ops.len() || leaves.len() != ops.len() {
             return Err(self.unsupported(ins, "out_shardings do not match the operands"));
         }

@@ -137,3 +137,52 @@ fn modules_that_hold_collectives_are_already_partitioned() {
     let m = tpusim_hlo::parse_module(unpartitioned).expect("parses");
     assert!(tpusim_spmd::needs_partitioning(&m));
 }
+
+/// Found by the mutation test: an `in_shardings`/`out_shardings` entry of
+/// another rank than its value indexed past the sharding's dims.
+#[test]
+fn shard_map_sharding_of_the_wrong_rank_is_an_error() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/spmd_cases/shard_map_ring_3axis/pre.hlo"
+    );
+    let text = std::fs::read_to_string(path).expect("read shard_map_ring_3axis");
+    assert!(partition_text(&text, None).is_ok());
+    let cases = [
+        (
+            r#"[<@mesh, [{\"a\"}, {\"b\"}, {\"c\"}]>]>"#,
+            r#"[<@mesh, [{\"a\"}, {\"b\"}]>]>"#,
+            "ranks [2] for values of ranks [3]",
+        ),
+        (
+            r#"[<@mesh, [{}, {}, {\"c\"}]>]>"#,
+            r#"[<@mesh, [{}, {}, {}, {\"c\"}]>]>"#,
+            "ranks [4] for values of ranks [3]",
+        ),
+    ];
+    for (from, to, want) in cases {
+        assert!(text.contains(from), "{from}");
+        let e = partition_text(&text.replace(from, to), None).unwrap_err();
+        assert!(matches!(e, SpmdError::BadSharding { .. }), "{e}");
+        assert!(e.to_string().contains(want), "{e}");
+    }
+}
+
+/// Found by the mutation test: a `Sharding` custom-call without an operand.
+#[test]
+fn sharding_custom_call_without_an_operand_is_an_error() {
+    let text = "HloModule m, num_partitions=2\nENTRY e {\n  x = f32[4] parameter(0), sharding={devices=[2]<=[2]}\n  s = f32[4] custom-call(), custom_call_target=\"Sharding\", sharding={devices=[2]<=[2]}\n  ROOT a = f32[4] add(x, s)\n}\n";
+    let e = partition_text(text, None).unwrap_err();
+    assert!(e.to_string().contains("takes one operand, not 0"), "{e}");
+}
+
+/// A Shardy mesh whose axis sizes multiply past u32 is refused (the product
+/// used to overflow).
+#[test]
+fn a_mesh_larger_than_u32_is_an_error() {
+    let text = "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"a\"=65536, \"b\"=65536]>}}\nENTRY e {\n  x = f32[4] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{\\\"a\\\"}]>\"}\n  ROOT n = f32[4] negate(x)\n}\n";
+    let m = tpusim_hlo::parse_module(text).expect("parses");
+    let e = tpusim_spmd::mesh_of(&m, &PartitionOptions::default()).unwrap_err();
+    assert!(matches!(e, SpmdError::Mesh(_)), "{e}");
+    assert!(partition_text(text, None).is_err());
+}
