@@ -3,7 +3,7 @@
 //! opcodes, truncation) and each mutant goes through the library pipeline the
 //! CLI uses, in process: parse and verify (`check`, `fmt`), partition, compile
 //! and price on v5e (`analyze`), and run with random inputs (`run`) when the
-//! module verified, has no `while` and is small. No stage may panic or hang on
+//! module verified and is small (under a step budget, so loops run too). No stage may panic or hang on
 //! any mutant; errors are the expected answer to most of them.
 //!
 //! Deterministic: mutant `i` depends only on `SEED`, `i` and the corpus.
@@ -28,6 +28,8 @@ const DEFAULT_MUTANTS: usize = 10_000;
 const MAX_FILE_BYTES: u64 = 20 * 1024;
 /// Modules whose estimated run memory (all devices) exceeds this are not run.
 const MAX_RUN_BYTES: u64 = 256 << 10;
+/// Steps (instructions evaluated, all devices) a mutant's run may take.
+const MAX_RUN_STEPS: u64 = 200_000;
 /// Modules with more instructions than this are not run (keeps debug builds fast).
 const MAX_RUN_INSTRUCTIONS: usize = 400;
 /// One mutant taking longer than this is a hang: the test stops and names it.
@@ -512,7 +514,6 @@ enum Outcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum RunOutcome {
     NotRun,
-    SkippedWhile,
     SkippedLarge,
     Error,
     Ok,
@@ -629,12 +630,10 @@ fn analyze(m: &Module, index: usize, note: &mut String) -> (Outcome, Option<Modu
     }
 }
 
-/// `run --random-inputs <index>` when the module is small and has no loop.
+/// `run --random-inputs <index> --max-steps MAX_RUN_STEPS` when the module
+/// is small (loops included: the step budget ends one that never does).
 fn run(global: &Module, m: &Module, index: usize, note: &mut String) -> RunOutcome {
-    use tpusim_interp::{memory, npz, GlobalRun};
-    if m.instrs.iter().any(|i| i.opcode == Opcode::While) {
-        return RunOutcome::SkippedWhile;
-    }
+    use tpusim_interp::{memory, npz, GlobalRun, RunLimits};
     if m.instrs.len() > MAX_RUN_INSTRUCTIONS || memory::check(m, MAX_RUN_BYTES).is_err() {
         return RunOutcome::SkippedLarge;
     }
@@ -670,6 +669,10 @@ fn run(global: &Module, m: &Module, index: usize, note: &mut String) -> RunOutco
         output_shardings: None,
         output_dims,
         max_alloc: MAX_RUN_BYTES,
+        limits: RunLimits {
+            max_steps: Some(MAX_RUN_STEPS),
+            ..RunLimits::default()
+        },
     };
     match tpusim_interp::run_global(m, args, &opts) {
         Ok(_) => RunOutcome::Ok,

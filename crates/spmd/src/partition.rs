@@ -1480,16 +1480,22 @@ fn take_free(axes: &[Axis], used: &[Axis]) -> Vec<Axis> {
         .collect()
 }
 
-/// The operand tilings when the lhs (activations, in JAX programs) keeps its
-/// tiling on every dim; the rhs keeps its free dims' tiling where the axes
-/// are still free, and its batch/contracting tiling only where the lhs had
-/// none there.
-fn lhs_keeping(d: &DotDims, ls: &Sh, rs: &Sh, lg: &Shape, mesh: &crate::mesh::Mesh) -> (Sh, Sh) {
+/// The lhs's tiling (of every dim, or with `contracting` false of its batch
+/// and free dims), a batch dim's only where even, then the rhs's free dims'
+/// where the axes are still free: the axes used and both operand tilings.
+fn lhs_then_rhs_free(
+    d: &DotDims,
+    ls: &Sh,
+    rs: &Sh,
+    lg: &Shape,
+    mesh: &crate::mesh::Mesh,
+    contracting: bool,
+) -> (Vec<Axis>, Sh, Sh) {
     let even = |axes: &[Axis], g: i64| g % i64::from(mesh.count(axes)) == 0;
     let mut used: Vec<Axis> = Vec::new();
     let mut lcs = Sh::replicated(ls.rank());
     let mut rcs = Sh::replicated(rs.rank());
-    for k in 0..ls.rank() {
+    for k in (0..ls.rank()).filter(|k| contracting || !d.lc.contains(k)) {
         let mut pick = take_free(&ls.dims[k], &used);
         if !even(&pick, lg.dims()[k]) && d.lb.contains(&k) {
             pick.clear();
@@ -1502,6 +1508,16 @@ fn lhs_keeping(d: &DotDims, ls: &Sh, rs: &Sh, lg: &Shape, mesh: &crate::mesh::Me
         used.extend(&pick);
         rcs.dims[k] = pick;
     }
+    (used, lcs, rcs)
+}
+
+/// The operand tilings when the lhs (activations, in JAX programs) keeps its
+/// tiling on every dim; the rhs keeps its free dims' tiling where the axes
+/// are still free, and its batch/contracting tiling only where the lhs had
+/// none there.
+fn lhs_keeping(d: &DotDims, ls: &Sh, rs: &Sh, lg: &Shape, mesh: &crate::mesh::Mesh) -> (Sh, Sh) {
+    let even = |axes: &[Axis], g: i64| g % i64::from(mesh.count(axes)) == 0;
+    let (mut used, mut lcs, mut rcs) = lhs_then_rhs_free(d, ls, rs, lg, mesh, true);
     for (l, r) in d.pairs() {
         if lcs.dims[l].is_empty() {
             let pick = take_free(&rs.dims[r], &used);
@@ -1529,25 +1545,7 @@ fn merged(
     keep_lhs_contracting: bool,
 ) -> (Sh, Sh) {
     let even = |axes: &[Axis], g: i64| g % i64::from(mesh.count(axes)) == 0;
-    let mut used: Vec<Axis> = Vec::new();
-    let mut lcs = Sh::replicated(ls.rank());
-    let mut rcs = Sh::replicated(rs.rank());
-    for k in 0..ls.rank() {
-        if d.lc.contains(&k) {
-            continue;
-        }
-        let mut pick = take_free(&ls.dims[k], &used);
-        if !even(&pick, lg.dims()[k]) && d.lb.contains(&k) {
-            pick.clear();
-        }
-        used.extend(&pick);
-        lcs.dims[k] = pick;
-    }
-    for &k in d.rfree {
-        let pick = take_free(&rs.dims[k], &used);
-        used.extend(&pick);
-        rcs.dims[k] = pick;
-    }
+    let (mut used, mut lcs, mut rcs) = lhs_then_rhs_free(d, ls, rs, lg, mesh, false);
     for (&l, &r) in d.lb.iter().zip(d.rb) {
         if lcs.dims[l].is_empty() {
             let pick = take_free(&rs.dims[r], &used);
