@@ -13,6 +13,11 @@
 //!   iteration's parameter; unchanged elements keep their buffers.
 //! - An output listed in `input_output_alias` is written into its parameter's
 //!   buffer and allocates nothing.
+//! - A dynamic-update-slice (bare, or a fusion's root over a parameter nothing
+//!   else reads) whose buffer operand is not used after it writes into that
+//!   buffer and allocates nothing (XLA's buffer assignment shares an in-place
+//!   op's operand buffer with its result): a scan's stacked buffer is one
+//!   buffer, not one per iteration.
 //!
 //! Buffers are unpadded (no tiling or alignment) and nothing is rematerialized
 //! or shared by a buffer assigner, so this is an upper bound of what a live
@@ -248,6 +253,11 @@ impl Mem {
             }
         };
         self.share(&[b])
+    }
+
+    /// What buffer `b` holds.
+    pub(crate) fn kind(&self, b: BufId) -> Option<BufferKind> {
+        self.bufs.get(b as usize).map(|buf| buf.kind)
     }
 
     /// A new reference to the same buffers.

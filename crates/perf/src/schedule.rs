@@ -461,8 +461,35 @@ impl Replay<'_> {
                 }
                 None => self.op(id),
             },
-            _ => self.op(id),
+            _ => match self.in_place_value(id, frame) {
+                Some(v) => {
+                    self.run_op(id);
+                    v
+                }
+                None => self.op(id),
+            },
         }
+    }
+
+    /// The result of an in-place update (a dynamic-update-slice, bare or
+    /// fused) as the buffer it updates, when that buffer is a temporary
+    /// (not an entry parameter or constant) and this op is its last use in
+    /// the computation; `None` otherwise (the op gets a fresh buffer).
+    fn in_place_value(&mut self, id: InstrId, frame: &Frame) -> Option<Value> {
+        let m = self.m;
+        let (k, _) = crate::tensorcore::in_place_update(m, id, 128)?;
+        let o = *m.instr(id).operands.get(k)?;
+        let left = frame
+            .remaining
+            .get(&o)
+            .copied()
+            .unwrap_or(self.uses[o.index()]);
+        let buffer = frame.values.get(&o).filter(|v| v.len() == 1)?.clone();
+        let kind = self.mem()?.kind(buffer[0])?;
+        if left != 1 || kind != BufferKind::Temporary {
+            return None;
+        }
+        Some(self.share(&buffer))
     }
 
     /// Keeps the leaves in `range` of `v` and releases the rest.
@@ -534,10 +561,15 @@ impl Replay<'_> {
 
     fn op(&mut self, id: InstrId) -> Value {
         let v = self.alloc(id);
+        self.run_op(id);
+        v
+    }
+
+    /// Times op `id` on the TensorCore from the current clock.
+    fn run_op(&mut self, id: InstrId) {
         let t = self.op_time(id);
         self.push(id, self.clock, t, Lane::TensorCore, None);
         self.clock += t;
-        v
     }
 
     fn start_transfer(&mut self, id: InstrId, dur: f64, lane: Lane) {

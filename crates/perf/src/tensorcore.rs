@@ -511,7 +511,7 @@ fn bytes(b: f64) -> String {
 /// For a dynamic-update-slice, bare or as a fusion's root over a fusion
 /// parameter nothing else reads: the operand index of the buffer it updates
 /// in place and the tiled bytes of the update it writes.
-fn in_place_update(m: &Module, id: InstrId, lanes: u64) -> Option<(usize, f64)> {
+pub(crate) fn in_place_update(m: &Module, id: InstrId, lanes: u64) -> Option<(usize, f64)> {
     let ins = m.instr(id);
     let update_bytes = |dus: &tpusim_hlo::Instruction| {
         dus.operands
