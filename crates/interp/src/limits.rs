@@ -36,6 +36,10 @@ pub struct RunLimits {
     pub max_steps: Option<u64>,
     /// Time after which the run stops.
     pub deadline: Option<Instant>,
+    /// The timeout `deadline` was set from (by `with_timeout`): a timed-out
+    /// run reports the time since `deadline - timeout`, so the figure is
+    /// never below the timeout asked for.
+    pub timeout: Option<Duration>,
     /// Set from anywhere (a Ctrl-C handler, another thread) to stop the run.
     pub interrupt: Arc<AtomicBool>,
 }
@@ -45,6 +49,7 @@ impl RunLimits {
     /// or too large to represent).
     pub fn with_timeout(mut self, timeout: Option<Duration>) -> RunLimits {
         self.deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        self.timeout = timeout.filter(|_| self.deadline.is_some());
         self
     }
 }
@@ -146,7 +151,12 @@ impl<'a> Budget<'a> {
         if t.is_multiple_of(CLOCK_EVERY) {
             if let Some(deadline) = self.limits.deadline {
                 if Instant::now() >= deadline {
-                    return Some(Some(StopReason::Timeout(self.started.elapsed())));
+                    let origin = self
+                        .limits
+                        .timeout
+                        .and_then(|timeout| deadline.checked_sub(timeout))
+                        .unwrap_or(self.started);
+                    return Some(Some(StopReason::Timeout(origin.elapsed())));
                 }
             }
         }
