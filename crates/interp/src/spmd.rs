@@ -325,7 +325,7 @@ pub(crate) fn execute_on(
             handles
                 .into_iter()
                 .map(|h| match h {
-                    Ok(h) => h.join().unwrap_or_else(|_| {
+                    Ok(h) => join_helping_rayon(h).unwrap_or_else(|_| {
                         Err(InterpError::Internal("a device thread panicked".into()))
                     }),
                     Err(e) => Err(InterpError::Internal(format!(
@@ -560,4 +560,19 @@ pub fn global_parameter_shapes(m: &Module) -> Result<Vec<Shape>, InterpError> {
             Ok(Shape::Array(a))
         })
         .collect()
+}
+
+/// Joins a device thread. When the caller is itself a rayon worker, it runs
+/// pool jobs while it waits: the device threads' kernels queue work on that
+/// pool, and a worker that only blocked could leave none to run it (with
+/// every worker waiting in here, a deadlock).
+fn join_helping_rayon<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> std::thread::Result<T> {
+    if rayon::current_thread_index().is_some() {
+        while !h.is_finished() {
+            if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+    h.join()
 }
