@@ -18,6 +18,10 @@ pub struct Out {
     taken: FxHashSet<String>,
     next_channel: i64,
     adders: FxHashMap<PrimitiveType, CompId>,
+    /// Reshards already emitted, by (value, from, to): a value several users
+    /// need on the same tiling is exchanged once (XLA's partitioner keeps the
+    /// same cache per partitioned value).
+    resharded: FxHashMap<(InstrId, Sh, Sh), InstrId>,
 }
 
 /// A computation under construction.
@@ -62,6 +66,7 @@ impl Out {
             taken: src.instrs.iter().map(|i| i.name.clone()).collect(),
             next_channel: 1,
             adders: FxHashMap::default(),
+            resharded: FxHashMap::default(),
         }
     }
 
@@ -561,6 +566,7 @@ impl Out {
     /// to `to` (which has no partial axes), choosing XLA's collectives:
     /// all-reduce or reduce-scatter for partial sums, all-to-all to move a tiling
     /// between dims, all-gather to remove tiling, dynamic-slice to add it.
+    /// Resharding the same value the same way again reuses the first result.
     pub fn reshard(
         &mut self,
         cb: &mut CompB,
@@ -572,6 +578,23 @@ impl Out {
         if from == to {
             return Ok(x);
         }
+        let key = (x, from.clone(), to.clone());
+        if let Some(&done) = self.resharded.get(&key) {
+            return Ok(done);
+        }
+        let done = self.reshard_anew(cb, x, global, from, to)?;
+        self.resharded.insert(key, done);
+        Ok(done)
+    }
+
+    fn reshard_anew(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        global: &[i64],
+        from: &Sh,
+        to: &Sh,
+    ) -> Result<InstrId, SpmdError> {
         // Both shardings index the array's dims; a mismatch comes from an
         // annotation of the wrong rank that escaped its own check.
         if from.rank() != global.len() || to.rank() != global.len() {

@@ -47,7 +47,7 @@ pub struct Partitioner<'m> {
     expandable: FxHashMap<InstrId, (InstrId, Vec<Val>)>,
     /// Chains already redone: (value, tiling) -> the redone value, or `None`
     /// when it could not be (each pair is tried once).
-    expanded: FxHashMap<(InstrId, Sh), Option<InstrId>>,
+    expanded: FxHashMap<(InstrId, Sh, u64), Option<InstrId>>,
     /// Emitted `while`s: output id -> the source `while`.
     while_of: FxHashMap<InstrId, InstrId>,
     /// Untiled values that are a loop's result leaf (its get-tuple-element,
@@ -302,7 +302,7 @@ impl<'m> Partitioner<'m> {
             }
         }
         if v.sh[0] != *to && to.partial.is_empty() {
-            if let Some(id) = self.expand_as(cb, v.id, to, depth)? {
+            if let Some(id) = self.expand_as(cb, v.id, to, depth, global.byte_size())? {
                 return Ok(id);
             }
         }
@@ -315,23 +315,28 @@ impl<'m> Partitioner<'m> {
     /// again on local shapes over its leaves, resharded — a broadcast's small
     /// operand, or a whole value of which each device slices its own part for
     /// free — instead of computing the whole result and then slicing or
-    /// exchanging it. `None` when `id` is not such a chain or the tiling does
-    /// not map back through it.
+    /// exchanging it. `None` when `id` is not such a chain, the tiling does
+    /// not map back through it, or it would move more data than resharding
+    /// `id` itself: a leaf that needs communication must be smaller than
+    /// `budget` (the bytes of the value first asked for), so an all-gather of
+    /// an int8 dot operand is not turned into one of the f32 values it was
+    /// quantized from.
     fn expand_as(
         &mut self,
         cb: &mut CompB,
         id: InstrId,
         to: &Sh,
         depth: usize,
+        budget: u64,
     ) -> Result<Option<InstrId>, SpmdError> {
         if depth > MAX_EXPANSION || !self.expandable.contains_key(&id) {
             return Ok(None);
         }
-        let key = (id, to.clone());
+        let key = (id, to.clone(), budget);
         if let Some(done) = self.expanded.get(&key) {
             return Ok(*done);
         }
-        let redone = self.redo_chain(cb, id, to, depth)?;
+        let redone = self.redo_chain(cb, id, to, depth, budget)?;
         self.expanded.insert(key, redone);
         Ok(redone)
     }
@@ -342,6 +347,7 @@ impl<'m> Partitioner<'m> {
         id: InstrId,
         to: &Sh,
         depth: usize,
+        budget: u64,
     ) -> Result<Option<InstrId>, SpmdError> {
         let Some((src_id, operands)) = self.expandable.get(&id).cloned() else {
             return Ok(None);
@@ -356,15 +362,20 @@ impl<'m> Partitioner<'m> {
                 return Ok(None);
             };
             // Leaves are resharded only where that is free (slicing a whole
-            // value) or the op shrinks the data (a broadcast's operand).
+            // value), the op shrinks the data (a broadcast's operand), or the
+            // leaf is smaller than what is being resharded; larger operands
+            // are redone in turn or the chain is not redone at all.
             let free = operand.sh[0].is_replicated() || operand.sh[0] == in_to;
-            let leaf_ok = ins.opcode == Opcode::Broadcast
-                || free
-                || self.expandable.contains_key(&operand.id);
-            if !leaf_ok {
-                return Ok(None);
-            }
-            xs.push(self.arr_at(cb, operand, op_global, &in_to, depth + 1)?);
+            let small = op_global.byte_size() < budget;
+            let x = if ins.opcode == Opcode::Broadcast || free || small {
+                self.arr_at(cb, operand, op_global, &in_to, depth + 1)?
+            } else {
+                match self.expand_as(cb, operand.id, &in_to, depth + 1, budget)? {
+                    Some(x) => x,
+                    None => return Ok(None),
+                }
+            };
+            xs.push(x);
             tilings.push(in_to);
         }
         let mut copy = ins.clone();

@@ -157,3 +157,50 @@ ENTRY e {
         .iter()
         .all(|s| s == &[2, 16]));
 }
+
+#[test]
+fn a_quantized_dot_operand_is_gathered_as_int8_not_as_the_f32_it_came_from() {
+    // AQT's pattern: x / scale (the scale a broadcast), rounded, converted to
+    // s8, then a dot that needs the contracting dim whole. Redoing the chain
+    // from its leaves would all-gather the f32 x (4x the bytes); XLA
+    // all-gathers the s8 operand.
+    let m = partitioned(
+        r#"HloModule q, num_partitions=4
+ENTRY e {
+  x = f32[8,64] parameter(0), sharding={devices=[1,4]<=[4]}
+  s = f32[8] parameter(1), sharding={replicated}
+  w = s8[64,32] parameter(2), sharding={replicated}
+  b = f32[8,64] broadcast(s), dimensions={0}
+  d = f32[8,64] divide(x, b)
+  r = f32[8,64] round-nearest-even(d)
+  q = s8[8,64] convert(r)
+  ROOT o = s32[8,32] dot(q, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+}
+"#,
+    );
+    let gathered: Vec<String> = m
+        .instrs
+        .iter()
+        .filter(|i| i.opcode == Opcode::AllGather)
+        .map(|i| format!("{}", i.shape))
+        .collect();
+    assert_eq!(gathered, ["s8[8,64]{1,0}"], "what is all-gathered");
+}
+
+#[test]
+fn a_value_two_users_need_whole_is_gathered_once() {
+    let m = partitioned(
+        r#"HloModule twice, num_partitions=4
+ENTRY e {
+  x = bf16[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  w1 = bf16[16,512] parameter(1), sharding={replicated}
+  w2 = bf16[16,256] parameter(2), sharding={replicated}
+  a = bf16[8,512] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+  b = bf16[8,256] dot(x, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+  ROOT t = (bf16[8,512], bf16[8,256]) tuple(a, b)
+}
+"#,
+    );
+    let gathers = shapes_of(&m, Opcode::AllGather);
+    assert_eq!(gathers, [[8, 16]], "x is exchanged once for both dots");
+}
