@@ -13,14 +13,20 @@ pub struct FusionStats {
     pub fusions: usize,
     /// Instructions moved into them.
     pub fused_instructions: usize,
+    /// Cheap producers computed again inside a fusion because other users
+    /// outside it still read them (each copy counted once).
+    pub duplicated: usize,
 }
 
-/// A simple TPU-style fusion pass for unoptimized HLO, so that the bytes a cost
-/// model sees resemble what XLA moves: elementwise producers (and broadcasts,
-/// reshapes, iotas, scalar constants) are fused into their consumers, and a
-/// dot or convolution is fused into the elementwise consumers of its result
-/// (XLA's output fusion). A producer is fused only when all its users are in
-/// the same fusion, so nothing is computed twice.
+/// A TPU-style fusion pass for unoptimized HLO, so that the bytes a cost model
+/// sees resemble what XLA moves: elementwise producers and the data-movement
+/// ops XLA fuses into loops (broadcasts, reshapes, transposes, slices,
+/// dynamic slices, pads, concatenates, reverses, iotas, scalar constants) are
+/// fused into their consumers, and a dot or convolution is fused into the
+/// elementwise consumers of its result (XLA's output fusion). A producer whose
+/// other users stay outside is fused as a copy when it is cheap to compute
+/// twice and reads no more than it writes (see [`may_duplicate`]); any other
+/// is fused only when all its users are in the same fusion.
 ///
 /// Computations that are already fused, or that are applied element-wise by
 /// another op (reducers, comparators), are left alone, as are instructions
@@ -33,6 +39,10 @@ pub fn fuse(m: &mut Module) -> FusionStats {
     let mut comp_names: FxHashSet<String> = m.comps.iter().map(|c| c.name.clone()).collect();
     for c in control_computations(m) {
         fuse_computation(m, c, &mut comp_names, &mut stats);
+    }
+    if stats.duplicated > 0 {
+        // A copied producer whose every user ended up in fusions is unused.
+        remove_dead_code(m);
     }
     stats
 }
@@ -123,10 +133,63 @@ fn is_fusible(ins: &Instruction) -> bool {
     );
     let movement = matches!(
         ins.opcode,
-        Opcode::Broadcast | Opcode::Reshape | Opcode::Bitcast | Opcode::Iota
+        Opcode::Broadcast
+            | Opcode::Reshape
+            | Opcode::Bitcast
+            | Opcode::Iota
+            | Opcode::Transpose
+            | Opcode::Slice
+            | Opcode::DynamicSlice
+            | Opcode::Pad
+            | Opcode::Concatenate
+            | Opcode::Reverse
     );
     let small_constant = ins.opcode == Opcode::Constant && ins.shape.rank() == 0;
     (elementwise || movement || small_constant) && !ins.shape.is_tuple()
+}
+
+/// Whether `ins` may be computed again inside a consumer's fusion while its
+/// other users keep reading it: it must be cheap (XLA's
+/// `InstructionFusion::IsExpensive` is false) and read no more bytes than it
+/// writes, as XLA's `ComputeGloballyUnfusible` requires of a producer not
+/// every user fuses: a broadcast, convert, transpose or scalar op qualifies,
+/// an add of two full arrays or a slice does not (copying those would make
+/// each consumer re-read more than the value, and along a residual stream
+/// would recompute every earlier layer's adds).
+fn may_duplicate(m: &Module, ins: &Instruction) -> bool {
+    let reads = ins
+        .operands
+        .iter()
+        .map(|&o| m.instr(o).shape.byte_size())
+        .fold(0, u64::saturating_add);
+    is_cheap(ins) && reads <= ins.shape.byte_size()
+}
+
+/// Fusible ops cheap enough to compute again in each consumer (XLA's
+/// `InstructionFusion::IsExpensive` is false for them).
+fn is_cheap(ins: &Instruction) -> bool {
+    let expensive = matches!(
+        ins.opcode,
+        Opcode::Divide
+            | Opcode::Remainder
+            | Opcode::Power
+            | Opcode::Exp
+            | Opcode::Expm1
+            | Opcode::Log
+            | Opcode::Log1p
+            | Opcode::Logistic
+            | Opcode::Sqrt
+            | Opcode::Rsqrt
+            | Opcode::Cbrt
+            | Opcode::Tanh
+            | Opcode::Tan
+            | Opcode::Atan2
+            | Opcode::Erf
+    ) || (matches!(
+        ins.opcode,
+        Opcode::Sin | Opcode::Cos | Opcode::Abs | Opcode::Sign
+    ) && ins.shape.element_type().is_some_and(|t| t.is_complex()));
+    is_fusible(ins) && !expensive
 }
 
 fn is_contraction(op: Opcode) -> bool {
@@ -164,19 +227,37 @@ fn fuse_computation(
     let mut moved: FxHashSet<InstrId> = FxHashSet::default();
     for group in groups {
         stats.fusions += 1;
-        stats.fused_instructions += group.len();
-        let fusion = outline(m, c, &group, comp_names, &mut instr_names);
-        replaced.insert(*group.last().expect("non-empty group"), fusion);
-        moved.extend(group);
+        stats.fused_instructions += group.members.len();
+        stats.duplicated += group.copies.len();
+        let fusion = outline(m, c, &group.members, comp_names, &mut instr_names);
+        replaced.insert(*group.members.last().expect("non-empty group"), fusion);
+        moved.extend(
+            group
+                .members
+                .into_iter()
+                .filter(|g| !group.copies.contains(g)),
+        );
     }
     rewire_caller(m, c, &replaced, &moved);
 }
 
-/// Chooses fusion groups, consumers first (reverse text order). Each group
-/// lists its members in text order; its last member is the root.
-fn plan_groups(m: &Module, c: CompId) -> Vec<Vec<InstrId>> {
+/// One planned fusion: `members` in text order, root last; `copies` are
+/// members that also stay in the caller for users outside the fusion.
+struct Group {
+    members: Vec<InstrId>,
+    copies: FxHashSet<InstrId>,
+}
+
+/// Chooses fusion groups, consumers first (reverse text order). `users`
+/// tracks who still reads each instruction in the caller as groups form: a
+/// copied producer is no longer read by the members of the group that copied
+/// it, and that group (its root) now reads the copy's operands.
+fn plan_groups(m: &Module, c: CompId) -> Vec<Group> {
     let comp = m.comp(c);
-    let users = users_in(m, comp);
+    let mut users: FxHashMap<InstrId, FxHashSet<InstrId>> = users_in(m, comp)
+        .into_iter()
+        .map(|(k, v)| (k, v.into_iter().collect()))
+        .collect();
     let position: FxHashMap<InstrId, usize> = comp
         .instrs
         .iter()
@@ -190,40 +271,75 @@ fn plan_groups(m: &Module, c: CompId) -> Vec<Vec<InstrId>> {
         if taken.contains(&root) || !can_root(ins) || has_control_deps(ins) {
             continue;
         }
-        let mut members: FxHashSet<InstrId> = FxHashSet::default();
-        members.insert(root);
-        let mut has_contraction = is_contraction(ins.opcode);
-        let mut frontier = vec![root];
-        while let Some(x) = frontier.pop() {
-            for &p in &m.instr(x).operands {
-                let pi = m.instr(p);
-                if members.contains(&p) || taken.contains(&p) || has_control_deps(pi) {
-                    continue;
-                }
-                let contraction = is_contraction(pi.opcode) && !has_contraction;
-                if !(is_fusible(pi) || contraction) {
-                    continue;
-                }
-                let all_users_inside = users
-                    .get(&p)
-                    .is_some_and(|us| us.iter().all(|u| members.contains(u)));
-                if !all_users_inside || p == comp.root {
-                    continue;
-                }
-                has_contraction |= contraction;
-                members.insert(p);
-                frontier.push(p);
-            }
-        }
+        let (members, copies) = grow_group(m, comp.root, root, &users, &taken);
         if members.len() < 2 {
             continue;
         }
-        taken.extend(members.iter().copied());
+        for &p in &copies {
+            // Moved members now read the copy; a copied user's original in
+            // the caller still reads `p`.
+            if let Some(us) = users.get_mut(&p) {
+                us.retain(|u| !members.contains(u) || copies.contains(u));
+            }
+            for &q in &m.instr(p).operands {
+                if !members.contains(&q) {
+                    users.entry(q).or_default().insert(root);
+                }
+            }
+        }
+        taken.extend(members.iter().filter(|g| !copies.contains(g)).copied());
         let mut ordered: Vec<InstrId> = members.into_iter().collect();
         ordered.sort_by_key(|i| position[i]);
-        groups.push(ordered);
+        groups.push(Group {
+            members: ordered,
+            copies,
+        });
     }
     groups
+}
+
+/// The members of the fusion rooted at `root`, grown through its producers,
+/// and which of them are copies (producers still read outside).
+fn grow_group(
+    m: &Module,
+    comp_root: InstrId,
+    root: InstrId,
+    users: &FxHashMap<InstrId, FxHashSet<InstrId>>,
+    taken: &FxHashSet<InstrId>,
+) -> (FxHashSet<InstrId>, FxHashSet<InstrId>) {
+    let mut members: FxHashSet<InstrId> = FxHashSet::default();
+    let mut copies: FxHashSet<InstrId> = FxHashSet::default();
+    members.insert(root);
+    let mut has_contraction = is_contraction(m.instr(root).opcode);
+    let mut frontier = vec![root];
+    while let Some(x) = frontier.pop() {
+        for &p in &m.instr(x).operands {
+            let pi = m.instr(p);
+            if members.contains(&p) || taken.contains(&p) || has_control_deps(pi) || p == comp_root
+            {
+                continue;
+            }
+            let contraction = is_contraction(pi.opcode) && !has_contraction;
+            if !(is_fusible(pi) || contraction) {
+                continue;
+            }
+            // Users that are copies still read `p` from the caller.
+            let all_users_inside = users.get(&p).is_some_and(|us| {
+                us.iter()
+                    .all(|u| members.contains(u) && !copies.contains(u))
+            });
+            if all_users_inside {
+                has_contraction |= contraction;
+            } else if may_duplicate(m, pi) {
+                copies.insert(p);
+            } else {
+                continue;
+            }
+            members.insert(p);
+            frontier.push(p);
+        }
+    }
+    (members, copies)
 }
 
 /// Users of each instruction within the computation (operands only).

@@ -910,7 +910,9 @@ fn ranked_hints(a: &Analysis, chip: &Chip) -> Vec<(f64, String)> {
     class_hints(a, &mut out);
     let share = |t: f64| 100.0 * t / a.step_time_s;
     let mut memory_bound: Vec<MemoryBoundGroup> = Vec::new();
-    for o in a.ops.iter().take(HINT_OPS) {
+    // Every op joins its memory-bound group (twelve layers' matmuls just below
+    // the top ops still add up); per-op hints look at the top ops only.
+    for (rank, o) in a.ops.iter().enumerate() {
         let Some(mm) = &o.matmul else { continue };
         if o.bound == Bound::Hbm {
             // Ops alike (same dtype and FLOP/byte, e.g. one per layer) share one hint.
@@ -936,6 +938,9 @@ fn ranked_hints(a: &Analysis, chip: &Chip) -> Vec<(f64, String)> {
             g.ops += 1;
             g.time_s += o.time_s;
             g.stake_s += o.time_s - o.mxu_time_s;
+        }
+        if rank >= HINT_OPS {
+            continue;
         }
         // Padding and extra passes cost time only where the MXU is the limit.
         if o.bound == Bound::Mxu && mm.padding_waste >= 0.01 {
@@ -968,25 +973,7 @@ fn ranked_hints(a: &Analysis, chip: &Chip) -> Vec<(f64, String)> {
             ));
         }
     }
-    for g in memory_bound {
-        let who = match g.ops {
-            1 => format!("{} is", g.first),
-            n => format!("{} and {} ops like it are", g.first, n - 1),
-        };
-        out.push((
-            g.stake_s,
-            format!(
-                "{who} memory-bound ({} FLOP/byte, {:.1}% of step): on {} a {} matmul becomes \
-                 compute-bound above ~{:.0} FLOP/byte; a larger batch per device (or fewer, \
-                 larger matmuls) raises it",
-                g.key.1,
-                share(g.time_s),
-                chip.id,
-                g.key.0,
-                g.ridge,
-            ),
-        ));
-    }
+    memory_bound_hints(a, chip, memory_bound, &mut out);
     let overhead = a
         .time_by_bound
         .get(&Bound::Overhead)
@@ -1026,6 +1013,73 @@ fn ranked_hints(a: &Analysis, chip: &Chip) -> Vec<(f64, String)> {
 }
 
 /// Memory-bound matmuls of one dtype and FLOP/byte: one hint for all of them.
+/// One hint per matmul dtype and MXU pass count (one ridge point, one fix)
+/// for all its memory-bound matmuls, naming the longest groups of alike ops:
+/// separate hints for the QKV, output, MLP and attention matmuls would repeat
+/// the same advice.
+fn memory_bound_hints(
+    a: &Analysis,
+    chip: &Chip,
+    mut groups: Vec<MemoryBoundGroup>,
+    out: &mut Vec<(f64, String)>,
+) {
+    groups.sort_by(|x, y| y.time_s.total_cmp(&x.time_s));
+    let mut kinds: Vec<(&'static str, u64)> = Vec::new();
+    for g in &groups {
+        let kind = (g.key.0, g.ridge.to_bits());
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    for (dtype, ridge_bits) in kinds {
+        let of_kind: Vec<&MemoryBoundGroup> = groups
+            .iter()
+            .filter(|g| g.key.0 == dtype && g.ridge.to_bits() == ridge_bits)
+            .collect();
+        let ops: usize = of_kind.iter().map(|g| g.ops).sum();
+        let time_s: f64 = of_kind.iter().map(|g| g.time_s).sum();
+        let stake_s: f64 = of_kind.iter().map(|g| g.stake_s).sum();
+        let named: Vec<String> = of_kind
+            .iter()
+            .take(3)
+            .map(|g| {
+                let who = match g.ops {
+                    1 => g.first.clone(),
+                    n => format!("{} and {} ops like it", g.first, n - 1),
+                };
+                format!(
+                    "{who}: {} FLOP/byte, {:.1}%",
+                    g.key.1,
+                    100.0 * g.time_s / a.step_time_s
+                )
+            })
+            .collect();
+        let more = of_kind.len().saturating_sub(3);
+        let more = if more > 0 {
+            format!("; {more} more kinds")
+        } else {
+            String::new()
+        };
+        let what = if ops == 1 {
+            "1 matmul is".to_string()
+        } else {
+            format!("{ops} matmuls are")
+        };
+        out.push((
+            stake_s,
+            format!(
+                "{what} memory-bound ({:.1}% of step; {}{more}): on {} a {dtype} matmul becomes \
+                 compute-bound above ~{:.0} FLOP/byte; a larger batch per device (or fewer, \
+                 larger matmuls) raises it",
+                100.0 * time_s / a.step_time_s,
+                named.join("; "),
+                chip.id,
+                f64::from_bits(ridge_bits),
+            ),
+        ));
+    }
+}
+
 struct MemoryBoundGroup {
     key: (&'static str, String),
     first: String,
