@@ -5,7 +5,7 @@
 //! says what it changed; the verifier runs after each in tests; every pass's
 //! output can be kept for dumps.
 //!
-//! Passes, in order: trip-count annotation, all-reduce reassociation
+//! Passes, in order: trip-count annotation, call inlining, all-reduce reassociation
 //! (`add` of two all-reduces → one all-reduce), all-reduce + dynamic-slice →
 //! reduce-scatter, dead-code elimination, collective combiners (chip
 //! thresholds), TPU fusion (`tpusim_hlo::passes::fuse`, for unfused input),
@@ -211,6 +211,17 @@ pub fn compile(
             skipped: None,
         });
     }
+    p.run("call-inliner", |m| {
+        let s = tpusim_hlo::passes::inline_calls(m);
+        Changed::count(s.inlined + s.left, |_| {
+            let left = if s.left > 0 {
+                format!("; {} left as calls (module size bound)", s.left)
+            } else {
+                String::new()
+            };
+            format!("{} calls inlined{left}", s.inlined)
+        })
+    })?;
     p.run("all-reduce-reassociate", reassociate_all_reduces)?;
     p.run("reduce-scatter-creator", all_reduce_to_reduce_scatter)?;
     p.run("dce", dead_code_elimination)?;

@@ -96,6 +96,140 @@ pub fn remove_dead_code(m: &mut Module) -> usize {
     removed
 }
 
+/// What [`inline_calls`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InlineStats {
+    /// `call` instructions replaced by the body they call.
+    pub inlined: usize,
+    /// Calls left in place because inlining them would grow the module past
+    /// its bound (see [`inline_calls`]).
+    pub left: usize,
+}
+
+/// XLA's `CallInliner`: every `call` in a program computation is replaced by
+/// a copy of the computation it calls (parameters become the call's
+/// operands, uses of the call use the copied root), so later passes (fusion
+/// above all) see across the boundary, as XLA:TPU's do: a `jit`-wrapped
+/// `where` between a dot and a softmax otherwise keeps the scores in HBM.
+///
+/// Calls nested in calls are inlined round by round. The module may grow to
+/// at most eight times its size plus 100,000 instructions (a computation
+/// calling another twice at every level would otherwise grow exponentially);
+/// calls past that bound stay calls and are counted in `left`.
+pub fn inline_calls(m: &mut Module) -> InlineStats {
+    let mut stats = InlineStats::default();
+    let bound = m.instrs.len().saturating_mul(8).saturating_add(100_000);
+    let mut names: FxHashSet<String> = m.instrs.iter().map(|i| i.name.clone()).collect();
+    loop {
+        let calls: Vec<InstrId> = control_computations(m)
+            .into_iter()
+            .flat_map(|c| m.comp(c).instrs.clone())
+            .filter(|&i| m.instr(i).opcode == Opcode::Call && !has_control_deps(m.instr(i)))
+            .collect();
+        let mut progressed = false;
+        for call in calls {
+            let Some(callee) = m.instr(call).attr_comp("to_apply") else {
+                continue;
+            };
+            if m.comp(callee).params.len() != m.instr(call).operands.len() {
+                continue;
+            }
+            if m.instrs.len().saturating_add(m.comp(callee).instrs.len()) > bound {
+                stats.left += 1;
+                continue;
+            }
+            inline_one(m, call, callee, &mut names);
+            stats.inlined += 1;
+            progressed = true;
+        }
+        if !progressed {
+            return stats;
+        }
+    }
+}
+
+/// A loop copied out of a call keeps the trip count its original has in
+/// the callee (`known_trip_count`, as XLA's annotator writes it): later
+/// analyses of the copy cannot map it back to the original's id.
+fn record_trip_count(m: &Module, original: InstrId, clone: &mut Instruction) {
+    if clone.opcode != Opcode::While || clone.attr("backend_config").is_some() {
+        return;
+    }
+    if let crate::analysis::TripCount::Inferred(n) = crate::analysis::while_trip_count(m, original)
+    {
+        clone.attrs.push(Attr {
+            name: "backend_config".into(),
+            value: AttrValue::Str(format!("{{\"known_trip_count\":{{\"n\":\"{n}\"}}}}")),
+        });
+        clone
+            .attrs
+            .sort_by_key(|a| crate::attr::print_rank(&a.name));
+    }
+}
+
+/// Replaces `call` (in its computation) by a copy of `callee`'s instructions.
+fn inline_one(m: &mut Module, call: InstrId, callee: CompId, names: &mut FxHashSet<String>) {
+    let caller = m.instr(call).parent;
+    let args = m.instr(call).operands.clone();
+    let mut remap: FxHashMap<InstrId, InstrId> = FxHashMap::default();
+    let mut body = Vec::new();
+    for &i in &m.comp(callee).instrs.clone() {
+        let src = m.instr(i);
+        if let Some(n) = src.parameter_number {
+            if let Some(&arg) = usize::try_from(n).ok().and_then(|n| args.get(n)) {
+                remap.insert(i, arg);
+                continue;
+            }
+        }
+        let mut clone = src.clone();
+        clone.parent = caller;
+        clone.name = unique(&src.name, names);
+        record_trip_count(m, i, &mut clone);
+        for o in clone.operands.iter_mut() {
+            *o = remap.get(o).copied().unwrap_or(*o);
+        }
+        for a in clone.attrs.iter_mut() {
+            if let AttrValue::Instrs(v) = &mut a.value {
+                v.iter_mut()
+                    .for_each(|o| *o = remap.get(o).copied().unwrap_or(*o));
+            }
+        }
+        let id = push(m, clone);
+        remap.insert(i, id);
+        body.push(id);
+    }
+    let root = remap
+        .get(&m.comp(callee).root)
+        .copied()
+        .unwrap_or(m.comp(callee).root);
+    for &i in &m.comp(caller).instrs.clone() {
+        for o in m.instrs[i.index()].operands.iter_mut() {
+            if *o == call {
+                *o = root;
+            }
+        }
+        if let Some(AttrValue::Instrs(v)) = m.instrs[i.index()]
+            .attrs
+            .iter_mut()
+            .find(|a| a.name == "control-predecessors")
+            .map(|a| &mut a.value)
+        {
+            v.iter_mut().filter(|o| **o == call).for_each(|o| *o = root);
+        }
+    }
+    let comp = &mut m.comps[caller.index()];
+    if comp.root == call {
+        comp.root = root;
+    }
+    let at = comp
+        .instrs
+        .iter()
+        .position(|&i| i == call)
+        .unwrap_or(comp.instrs.len());
+    comp.instrs
+        .splice(at..(at + 1).min(comp.instrs.len()), body);
+}
+
 /// Computations that run as programs (entry, loop bodies and conditions,
 /// call targets, branches), as opposed to ones applied element-wise by
 /// reduce, sort, all-reduce... and hidden async wrappers.

@@ -22,8 +22,9 @@
 //! The program runs the entry computation's instructions in order (one
 //! TensorCore, sequential schedule); `while` bodies repeat trip-count times,
 //! `call`s are inlined, a `conditional` takes its longest branch unless its
-//! selector is a constant. Unoptimized modules (no fusion at all) are fused
-//! with `tpusim_hlo::passes::fuse` first.
+//! selector is a constant. Unoptimized modules (no fusion at all) have their
+//! calls inlined and are fused (`tpusim_hlo::passes::{inline_calls, fuse}`)
+//! first.
 //!
 //! Like the other analysis crates, this one never prints and never panics on
 //! a parsed module.
@@ -193,7 +194,7 @@ pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analy
     let unfused = timed.fused;
     let m = timed.module();
     let mut walk = Walk::new(m, chip, comm);
-    walk.trip_counts = loop_trip_counts(module);
+    walk.trip_counts = loop_trip_counts(module, m);
     let mut acc = Acc::default();
     walk.comp(m.entry, 1, &mut acc, 0);
     walk.flush_in_flight(&mut acc);
@@ -272,6 +273,8 @@ pub fn timed_module(module: &Module) -> TimedModule<'_> {
     let unfused = !module.instrs.iter().any(|i| i.opcode == Opcode::Fusion);
     let copy = unfused.then(|| {
         let mut copy = module.clone();
+        // XLA inlines calls before it fuses: fusion then sees across them.
+        tpusim_hlo::passes::inline_calls(&mut copy);
         tpusim_hlo::passes::fuse(&mut copy);
         copy
     });
@@ -285,18 +288,25 @@ pub fn timed_module(module: &Module) -> TimedModule<'_> {
 /// Trip counts of every while loop, read from the module as written: fusing
 /// a loop condition hides the comparison that the induction-variable
 /// analysis reads. The fusion pass only appends instructions, so a loop
-/// keeps its id.
-pub(crate) fn loop_trip_counts(module: &Module) -> HashMap<InstrId, TripCount> {
-    module
-        .instrs
-        .iter()
-        .enumerate()
-        .filter(|(_, i)| i.opcode == Opcode::While)
-        .map(|(k, _)| {
-            let id = InstrId(k as u32);
-            (id, while_trip_count(module, id))
-        })
-        .collect()
+/// keeps its id; a loop the call inliner copied out of a call is new in
+/// `timed` and carries the trip count of its original (`known_trip_count`).
+pub(crate) fn loop_trip_counts(original: &Module, timed: &Module) -> HashMap<InstrId, TripCount> {
+    let loops = |m: &Module| -> Vec<InstrId> {
+        (0..m.instrs.len() as u32)
+            .map(InstrId)
+            .filter(|&i| m.instr(i).opcode == Opcode::While)
+            .collect()
+    };
+    let mut counts: HashMap<InstrId, TripCount> = loops(original)
+        .into_iter()
+        .map(|id| (id, while_trip_count(original, id)))
+        .collect();
+    for id in loops(timed) {
+        counts
+            .entry(id)
+            .or_insert_with(|| while_trip_count(timed, id));
+    }
+    counts
 }
 
 /// Iterations a loop is timed for: its trip count, or 1 when unknown.

@@ -172,7 +172,7 @@ fn replay_timed(
     comm: &dyn CommModel,
     track_memory: bool,
 ) -> (Vec<Event>, f64, bool, Option<MemoryProfile>) {
-    let trip_counts = loop_trip_counts(original)
+    let trip_counts = loop_trip_counts(original, tm)
         .iter()
         .map(|(&id, t)| (id, trips(t)))
         .collect();

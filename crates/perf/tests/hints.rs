@@ -21,9 +21,10 @@ fn gpt2(name: &str) -> tpusim_perf::Analysis {
 #[test]
 fn an_hbm_bound_step_gets_a_whole_step_hint_with_fixes() {
     let a = gpt2("gpt2_s1024_b1");
-    // Most of the step is HBM-bound (74% with slices and transposes fused).
+    // Most of the step is HBM-bound (69% with calls inlined and slices and
+    // transposes fused).
     let hbm = a.time_by_bound[&tpusim_perf::Bound::Hbm] / a.step_time_s;
-    assert!(hbm > 0.7, "{hbm}");
+    assert!(hbm > 0.5, "{hbm}");
     let hint = a
         .hints
         .iter()
