@@ -257,10 +257,10 @@ impl<'m> Partitioner<'m> {
                     sh: to.to_vec(),
                 })
             }
+            // Through `arr_at`, so a broadcast chain passed into a loop (or
+            // annotated) is redone on the tiling instead of sliced whole.
             _ => {
-                let id = self
-                    .out
-                    .reshard(cb, v.id, global.dims(), &v.sh[0], &to[0])?;
+                let id = self.arr_at(cb, v, global, &to[0], 0)?;
                 Ok(Val {
                     id,
                     sh: to.to_vec(),

@@ -204,3 +204,21 @@ ENTRY e {
     let gathers = shapes_of(&m, Opcode::AllGather);
     assert_eq!(gathers, [[8, 16]], "x is exchanged once for both dots");
 }
+
+#[test]
+fn an_annotated_op_over_a_broadcast_is_computed_on_the_tile() {
+    // A rotary table: cos of a broadcast iota, annotated tiled by the batch
+    // (as the value passed into a scan is). It is computed on each device's
+    // rows, not whole and then sliced.
+    let m = partitioned(
+        r#"HloModule rope, num_partitions=4
+ENTRY e {
+  i = f32[16] iota(), iota_dimension=0
+  b = f32[8,16] broadcast(i), dimensions={1}
+  ROOT c = f32[8,16] cosine(b), sharding={devices=[4,1]<=[4]}
+}
+"#,
+    );
+    assert_eq!(shapes_of(&m, Opcode::Cos), [[2, 16]]);
+    assert!(shapes_of(&m, Opcode::DynamicSlice).is_empty());
+}
