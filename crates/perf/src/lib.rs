@@ -199,6 +199,9 @@ pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analy
     walk.comp(m.entry, 1, &mut acc, 0);
     walk.flush_in_flight(&mut acc);
     let mut assumptions = std::mem::take(&mut walk.assumptions);
+    assumptions.extend(custom_call_assumptions(std::mem::take(
+        &mut walk.custom_calls,
+    )));
     if let Some(tc) = &chip.tensorcore {
         assumptions.push(format!(
             "TensorCore model: each kernel costs max(compute, DMA) over its tiles plus {:.2} µs \
@@ -465,6 +468,9 @@ struct Walk<'a> {
     chip: &'a Chip,
     cache: HashMap<InstrId, OpTime>,
     assumptions: Vec<String>,
+    /// How each custom call was priced, with the calls priced that way (in
+    /// walk order): alike calls (one per layer) share one assumption.
+    custom_calls: Vec<(String, Vec<String>)>,
     trip_counts: HashMap<InstrId, TripCount>,
     comm: &'a dyn CommModel,
     net: NetAcc,
@@ -559,6 +565,7 @@ impl<'a> Walk<'a> {
             chip,
             cache: HashMap::new(),
             assumptions: Vec::new(),
+            custom_calls: Vec::new(),
             trip_counts: HashMap::new(),
             comm,
             net: NetAcc::default(),
@@ -728,7 +735,12 @@ impl<'a> Walk<'a> {
             .clone();
         let ins = m.instr(id);
         if ins.opcode == Opcode::CustomCall {
-            self.assume(custom_call_assumption(m, chip, id));
+            let how = custom_call_assumption(m, chip, id);
+            match self.custom_calls.iter_mut().find(|(h, _)| *h == how) {
+                Some((_, names)) if !names.contains(&ins.name) => names.push(ins.name.clone()),
+                Some(_) => {}
+                None => self.custom_calls.push((how, vec![ins.name.clone()])),
+            }
         }
         let is_comm = ins.opcode.category() == OpCategory::Collective;
         if is_comm {
@@ -787,11 +799,11 @@ impl<'a> Walk<'a> {
     }
 }
 
-/// How a custom call was priced, for the report: from its cost estimate,
-/// or (with no estimate) as its operand and result traffic only.
+/// How a custom call was priced, for the report (without its name): from
+/// its cost estimate, or (with no estimate) as its operand and result
+/// traffic only.
 fn custom_call_assumption(m: &Module, chip: &Chip, id: InstrId) -> String {
-    let ins = m.instr(id);
-    let how = match explain_in(m, chip, id, IN_PROGRAM).and_then(|e| e.custom_call) {
+    match explain_in(m, chip, id, IN_PROGRAM).and_then(|e| e.custom_call) {
         Some(s) => s,
         None => match tensorcore::custom_call_estimate(m, id) {
             Some((f, t, b)) => format!(
@@ -802,8 +814,26 @@ fn custom_call_assumption(m: &Module, chip: &Chip, id: InstrId) -> String {
                      unknown)"
                 .to_string(),
         },
-    };
-    format!("custom call {}: {how}", ins.name)
+    }
+}
+
+/// One assumption per way custom calls were priced: "custom call NAME: HOW",
+/// or "N custom calls (A, B, C, …): HOW" for alike ones.
+fn custom_call_assumptions(groups: Vec<(String, Vec<String>)>) -> impl Iterator<Item = String> {
+    groups
+        .into_iter()
+        .map(|(how, names)| match names.as_slice() {
+            [one] => format!("custom call {one}: {how}"),
+            _ => {
+                let shown: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+                let more = if names.len() > 3 { ", …" } else { "" };
+                format!(
+                    "{} custom calls ({}{more}): {how}",
+                    names.len(),
+                    shown.join(", ")
+                )
+            }
+        })
 }
 
 fn is_async_start(op: Opcode) -> bool {

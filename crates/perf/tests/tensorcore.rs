@@ -131,6 +131,32 @@ fn tpu_custom_calls_are_priced_from_their_cost_estimate() {
 }
 
 #[test]
+fn alike_custom_calls_share_one_assumption() {
+    // One kernel per layer: the report names the group once, not per layer.
+    let text = r#"HloModule m
+
+ENTRY e {
+  q = bf16[8,128] parameter(0)
+  a = bf16[8,128] custom-call(q), custom_call_target="my_attention"
+  b = bf16[8,128] custom-call(a), custom_call_target="my_attention"
+  ROOT c = bf16[8,128] custom-call(b), custom_call_target="my_attention"
+}
+"#;
+    let a = analyze(&module(text), &by_id("v4").unwrap());
+    let about: Vec<&String> = a
+        .assumptions
+        .iter()
+        .filter(|s| s.contains("my_attention"))
+        .collect();
+    assert_eq!(about.len(), 1, "{about:?}");
+    assert!(
+        about[0].starts_with("3 custom calls (a, b, c): my_attention: no cost_estimate"),
+        "{}",
+        about[0]
+    );
+}
+
+#[test]
 fn a_custom_call_without_an_estimate_is_an_assumption_not_a_silent_zero() {
     let text = CUSTOM.replace(
         r#", "cost_estimate": {"flops": 2147483648, "transcendentals": 8388608, "bytes_accessed": 4194304}"#,
