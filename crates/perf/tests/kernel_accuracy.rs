@@ -55,3 +55,25 @@ fn the_model_beats_the_roofline_on_every_set() {
         );
     }
 }
+
+/// Whole-model forward passes (GPT-2, Qwen2.5-0.5B, SmolLM2-135M on v4):
+/// 31.4% MAPE since calls are inlined and loop-fusible data movement is
+/// fused (105% before); the bound keeps that from sliding back.
+const WHOLE_MODEL_BOUND: f64 = 33.0;
+
+#[test]
+fn whole_model_error_stays_within_bound() {
+    let chip = tpusim_arch::by_id("v4").expect("v4 chip");
+    let models = score::load_models(&score::data_dir()).expect("measured models load");
+    assert!(models.len() >= 30, "only {} models", models.len());
+    let pairs: Vec<(f64, f64)> = models
+        .iter()
+        .map(|c| (score::predict_model(c, &chip), c.measured_s))
+        .collect();
+    let s = score::score(&pairs);
+    assert!(
+        s.mape <= WHOLE_MODEL_BOUND,
+        "whole models: MAPE {:.1}% > bound {WHOLE_MODEL_BOUND}%",
+        s.mape
+    );
+}
