@@ -469,7 +469,8 @@ struct Walk<'a> {
     cache: HashMap<InstrId, OpTime>,
     assumptions: Vec<String>,
     /// How each custom call was priced, with the calls priced that way (in
-    /// walk order): alike calls (one per layer) share one assumption.
+    /// walk order, each on its first visit): alike calls (one per layer)
+    /// share one assumption.
     custom_calls: Vec<(String, Vec<String>)>,
     trip_counts: HashMap<InstrId, TripCount>,
     comm: &'a dyn CommModel,
@@ -728,17 +729,17 @@ impl<'a> Walk<'a> {
 
     fn op(&mut self, id: InstrId, times: u64, acc: &mut Acc) {
         let (m, chip) = (self.m, self.chip);
+        let first_visit = !self.cache.contains_key(&id);
         let t = self
             .cache
             .entry(id)
             .or_insert_with(|| op_time_in(m, chip, id, IN_PROGRAM))
             .clone();
         let ins = m.instr(id);
-        if ins.opcode == Opcode::CustomCall {
+        if ins.opcode == Opcode::CustomCall && first_visit {
             let how = custom_call_assumption(m, chip, id);
             match self.custom_calls.iter_mut().find(|(h, _)| *h == how) {
-                Some((_, names)) if !names.contains(&ins.name) => names.push(ins.name.clone()),
-                Some(_) => {}
+                Some((_, names)) => names.push(ins.name.clone()),
                 None => self.custom_calls.push((how, vec![ins.name.clone()])),
             }
         }
