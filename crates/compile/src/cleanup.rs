@@ -14,46 +14,7 @@ pub fn dead_code_elimination(m: &mut Module) -> Changed {
 /// Drops arena instructions no computation lists (left by rewrites) and
 /// renumbers ids, so consumers that scan the arena see only the program.
 pub fn compact(m: &mut Module) {
-    let mut keep = vec![false; m.instrs.len()];
-    for c in &m.comps {
-        for &i in &c.instrs {
-            keep[i.index()] = true;
-        }
-    }
-    if keep.iter().all(|&k| k) {
-        return;
-    }
-    let mut remap = vec![u32::MAX; m.instrs.len()];
-    let mut next = 0u32;
-    for (k, &kept) in keep.iter().enumerate() {
-        if kept {
-            remap[k] = next;
-            next += 1;
-        }
-    }
-    let map = |i: &mut InstrId| {
-        if let Some(&r) = remap.get(i.index()).filter(|&&r| r != u32::MAX) {
-            *i = InstrId(r);
-        }
-    };
-    let old = std::mem::take(&mut m.instrs);
-    for (k, mut ins) in old.into_iter().enumerate() {
-        if !keep[k] {
-            continue;
-        }
-        ins.operands.iter_mut().for_each(map);
-        for a in &mut ins.attrs {
-            if let AttrValue::Instrs(v) = &mut a.value {
-                v.iter_mut().for_each(map);
-            }
-        }
-        m.instrs.push(ins);
-    }
-    for c in &mut m.comps {
-        c.instrs.iter_mut().for_each(map);
-        c.params.iter_mut().for_each(map);
-        map(&mut c.root);
-    }
+    tpusim_hlo::passes::compact_instructions(m);
 }
 
 /// Records each loop's trip count in its backend_config as XLA's

@@ -148,6 +148,164 @@ pub fn inline_calls(m: &mut Module) -> InlineStats {
     }
 }
 
+/// What [`inline_fusions`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnfuseStats {
+    /// Fusion instructions replaced by the instructions they fuse.
+    pub unfused: usize,
+    /// Fusions left in place: the module would have grown past its bound.
+    pub left: usize,
+    /// Computations no instruction calls any more, removed.
+    pub dead_computations: usize,
+}
+
+/// Undoes another compiler's fusion decisions: every `fusion` in a program
+/// computation is replaced by a copy of its fused computation (parameters
+/// become the fusion's operands), nested fusions round by round, and the
+/// fused computations left uncalled are removed. The result is the primitive
+/// graph a TPU fusion pass can decide on afresh. Bounded like
+/// [`inline_calls`]: at most eight times the module plus 100,000 instructions.
+pub fn inline_fusions(m: &mut Module) -> UnfuseStats {
+    let mut stats = UnfuseStats::default();
+    let bound = m.instrs.len().saturating_mul(8).saturating_add(100_000);
+    let mut names: FxHashSet<String> = m.instrs.iter().map(|i| i.name.clone()).collect();
+    loop {
+        let fusions: Vec<InstrId> = control_computations(m)
+            .into_iter()
+            .flat_map(|c| m.comp(c).instrs.clone())
+            .filter(|&i| m.instr(i).opcode == Opcode::Fusion && !has_control_deps(m.instr(i)))
+            .collect();
+        let mut progressed = false;
+        for fusion in fusions {
+            let Some(callee) = m.instr(fusion).attr_comp("calls") else {
+                continue;
+            };
+            if m.comp(callee).params.len() != m.instr(fusion).operands.len() {
+                continue;
+            }
+            if m.instrs.len().saturating_add(m.comp(callee).instrs.len()) > bound {
+                stats.left += 1;
+                continue;
+            }
+            inline_one(m, fusion, callee, &mut names);
+            stats.unfused += 1;
+            progressed = true;
+        }
+        if !progressed {
+            break;
+        }
+    }
+    stats.dead_computations = remove_dead_computations(m);
+    stats
+}
+
+/// Removes computations nothing reachable from the entry calls (XLA's
+/// HloDCE does the same after inlining) and renumbers the rest; their
+/// instructions stay in the arena, listed by no computation. Hidden async
+/// wrappers are kept with the instructions that own them. Returns how many.
+pub fn remove_dead_computations(m: &mut Module) -> usize {
+    let mut live = vec![false; m.comps.len()];
+    let mut stack = vec![m.entry];
+    stack.extend(m.comp_ids().filter(|&c| m.comp(c).is_async_sugar));
+    while let Some(c) = stack.pop() {
+        if std::mem::replace(&mut live[c.index()], true) {
+            continue;
+        }
+        for &i in &m.comp(c).instrs {
+            stack.extend(
+                m.instr(i)
+                    .called_computations()
+                    .into_iter()
+                    .filter(|k| !live[k.index()]),
+            );
+        }
+    }
+    let dead = live.iter().filter(|&&l| !l).count();
+    if dead == 0 {
+        return 0;
+    }
+    let mut remap = vec![CompId(u32::MAX); m.comps.len()];
+    let mut next = 0u32;
+    for (k, &l) in live.iter().enumerate() {
+        if l {
+            remap[k] = CompId(next);
+            next += 1;
+        }
+    }
+    let old = std::mem::take(&mut m.comps);
+    m.comps = old
+        .into_iter()
+        .zip(&live)
+        .filter_map(|(c, &l)| l.then_some(c))
+        .collect();
+    let listed: FxHashSet<InstrId> = m
+        .comps
+        .iter()
+        .flat_map(|c| c.instrs.iter().copied())
+        .collect();
+    for (k, ins) in m.instrs.iter_mut().enumerate() {
+        if !listed.contains(&InstrId(k as u32)) {
+            continue;
+        }
+        ins.parent = remap[ins.parent.index()];
+        for a in &mut ins.attrs {
+            match &mut a.value {
+                AttrValue::Comp(c) => *c = remap[c.index()],
+                AttrValue::Comps(cs) => cs.iter_mut().for_each(|c| *c = remap[c.index()]),
+                _ => {}
+            }
+        }
+    }
+    m.entry = remap[m.entry.index()];
+    compact_instructions(m);
+    dead
+}
+
+/// Drops arena instructions no computation lists (left by rewrites) and
+/// renumbers ids, so consumers that scan the arena see only the program.
+pub fn compact_instructions(m: &mut Module) {
+    let mut keep = vec![false; m.instrs.len()];
+    for c in &m.comps {
+        for &i in &c.instrs {
+            keep[i.index()] = true;
+        }
+    }
+    if keep.iter().all(|&k| k) {
+        return;
+    }
+    let mut remap = vec![u32::MAX; m.instrs.len()];
+    let mut next = 0u32;
+    for (k, &kept) in keep.iter().enumerate() {
+        if kept {
+            remap[k] = next;
+            next += 1;
+        }
+    }
+    let map = |i: &mut InstrId| {
+        if let Some(&r) = remap.get(i.index()).filter(|&&r| r != u32::MAX) {
+            *i = InstrId(r);
+        }
+    };
+    let old = std::mem::take(&mut m.instrs);
+    for (k, mut ins) in old.into_iter().enumerate() {
+        if !keep[k] {
+            continue;
+        }
+        ins.operands.iter_mut().for_each(map);
+        for a in &mut ins.attrs {
+            if let AttrValue::Instrs(v) = &mut a.value {
+                v.iter_mut().for_each(map);
+            }
+        }
+        m.instrs.push(ins);
+    }
+    for c in &mut m.comps {
+        c.instrs.iter_mut().for_each(map);
+        c.params.iter_mut().for_each(map);
+        map(&mut c.root);
+    }
+}
+
 /// A loop copied out of a call keeps the trip count its original has in
 /// the callee (`known_trip_count`, as XLA's annotator writes it): later
 /// analyses of the copy cannot map it back to the original's id.
