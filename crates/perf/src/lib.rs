@@ -41,8 +41,8 @@ pub use memory::{Allocation, BufferKind, LiveBuffer, MemoryPoint, MemoryProfile}
 pub use schedule::{op_name_path, schedule, schedule_with_memory, Event, Lane, Schedule};
 
 pub use op::{
-    explain_in, is_free, op_time, op_time_in, padded_dim, transcendental_cost, Bound, MatmulInfo,
-    OpTime, SUBLANES,
+    explain_in, is_free, is_free_instr, op_time, op_time_in, padded_dim, reshape_is_bitcast,
+    transcendental_cost, Bound, MatmulInfo, OpTime, SUBLANES,
 };
 pub use tensorcore::{KernelExplain, MxuSchedule, TimingContext};
 
@@ -666,7 +666,7 @@ impl<'a> Walk<'a> {
             self.finish_async(id, acc);
         }
         match ins.opcode {
-            op if is_free(op) => {}
+            _ if is_free_instr(m, id) => {}
             Opcode::While => {
                 let trip = self
                     .trip_counts
@@ -887,7 +887,7 @@ pub fn category(m: &Module, id: InstrId) -> Category {
             let i = m.instr(j);
             if i.opcode == Opcode::Fusion {
                 stack.extend(i.called_computations());
-            } else if !is_free(i.opcode) {
+            } else if !is_free_instr(m, j) {
                 found.push(plain_category(i.opcode));
             }
         }

@@ -133,6 +133,39 @@ pub fn is_free(op: Opcode) -> bool {
     )
 }
 
+/// Whether instruction `id` runs no kernel: a free opcode ([`is_free`]), or a
+/// reshape that is a bitcast under TPU tiled layouts ([`reshape_is_bitcast`]).
+pub fn is_free_instr(m: &Module, id: InstrId) -> bool {
+    let ins = m.instr(id);
+    is_free(ins.opcode) || (ins.opcode == Opcode::Reshape && reshape_is_bitcast(m, id))
+}
+
+/// Whether a reshape leaves every element where it was in the TPU's tiled
+/// layout (tiles of [`SUBLANES`] rows by the minor dimension), so XLA makes
+/// it a bitcast: dimensions of size 1 only added or dropped, or the minor
+/// dimension kept while major dimensions merge or split with both
+/// second-minor dimensions a multiple of the tile's rows (whole tiles keep
+/// their order). Layouts are the default ones XLA:TPU starts from.
+pub fn reshape_is_bitcast(m: &Module, id: InstrId) -> bool {
+    let ins = m.instr(id);
+    let (Some(out), Some(&o)) = (ins.shape.as_array(), ins.operands.first()) else {
+        return false;
+    };
+    let Some(src) = m.instr(o).shape.as_array() else {
+        return false;
+    };
+    let big = |d: &[i64]| -> Vec<i64> { d.iter().copied().filter(|&x| x != 1).collect() };
+    let (a, b) = (big(&src.dims), big(&out.dims));
+    if a == b {
+        return true;
+    }
+    let rows = SUBLANES as i64;
+    match (a.as_slice(), b.as_slice()) {
+        ([.., ra, ca], [.., rb, cb]) => ca == cb && ra % rows == 0 && rb % rows == 0,
+        _ => false,
+    }
+}
+
 /// Time of one execution of instruction `id` (a fusion, a dot, an
 /// elementwise op...). Control flow (while, call, conditional) is handled by
 /// the program walk, not here.

@@ -20,7 +20,7 @@
 
 use crate::comm::CommModel;
 use crate::memory::{element_leaves, leaf_count, BufId, BufferKind, Mem, MemoryProfile, Value};
-use crate::op::{is_free, op_time_in};
+use crate::op::op_time_in;
 use crate::{branches, constant_branch, loop_trip_counts, timed_module, trips};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -433,12 +433,13 @@ impl Replay<'_> {
                 });
                 self.select(whole, range)
             }
+            Opcode::Reshape if crate::op::reshape_is_bitcast(m, id) => self.operand(frame, id, 0),
             Opcode::Bitcast
             | Opcode::AddDependency
             | Opcode::OptBarrier
             | Opcode::Domain
             | Opcode::AsyncUpdate => self.operand(frame, id, 0),
-            op if is_free(op) => self.alloc(id),
+            _ if crate::op::is_free_instr(m, id) => self.alloc(id),
             Opcode::CopyStart => {
                 let v = self.start_value(id, frame);
                 let t = self.op_time(id);

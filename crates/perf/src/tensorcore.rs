@@ -554,28 +554,43 @@ fn sliced_read(m: &Module, id: InstrId, k: usize) -> Option<f64> {
     if ins.opcode != Opcode::Fusion {
         return None;
     }
-    // Inside a fusion: the parameter for operand k, if every user slices it.
-    let comp = *ins.called_computations().first()?;
-    let param = *m.comp(comp).params.get(k)?;
-    let users: Vec<InstrId> = m
-        .comp(comp)
-        .instrs
-        .iter()
-        .copied()
-        .filter(|&j| m.instr(j).operands.contains(&param))
-        .collect();
-    if users.is_empty() {
-        return None;
-    }
+    // Inside a fusion: the parameter for operand k, if every use slices it,
+    // directly or after element-wise conversions (XLA computes a fused
+    // element-wise producer only at the elements its consumer reads).
+    let comp = m.comp(*ins.called_computations().first()?);
+    let param = *comp.params.get(k)?;
+    let param_bytes = m.instr(param).shape.element_type()?.byte_size() as f64;
     let mut total = 0.0;
-    for j in users {
-        let u = m.instr(j);
-        if !slicing(u.opcode) || u.operands.first() != Some(&param) {
-            return None;
+    let mut sliced_any = false;
+    let mut frontier = vec![param];
+    while let Some(v) = frontier.pop() {
+        let scale = param_bytes / m.instr(v).shape.element_type()?.byte_size().max(1) as f64;
+        for &j in comp
+            .instrs
+            .iter()
+            .filter(|&&j| m.instr(j).operands.contains(&v))
+        {
+            let u = m.instr(j);
+            if slicing(u.opcode) && u.operands.first() == Some(&v) {
+                total += shape_tiled_bytes(&u.shape, lanes) * scale;
+                sliced_any = true;
+            } else if is_unary_elementwise(m, j) && j != comp.root {
+                frontier.push(j);
+            } else {
+                return None;
+            }
         }
-        total += shape_tiled_bytes(&u.shape, lanes);
     }
-    Some(total)
+    sliced_any.then_some(total)
+}
+
+/// A one-operand element-wise op that keeps its operand's dimensions
+/// (convert, negate, exp...).
+fn is_unary_elementwise(m: &Module, j: InstrId) -> bool {
+    let u = m.instr(j);
+    u.operands.len() == 1
+        && u.opcode.category() == tpusim_hlo::OpCategory::Unary
+        && m.instr(u.operands[0]).shape.dims() == u.shape.dims()
 }
 
 /// A dot whose rows or output columns are a single vector.

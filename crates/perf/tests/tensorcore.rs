@@ -225,3 +225,37 @@ fn unfused_attention_gets_a_flash_hint_and_an_mlp_does_not() {
         a.hints
     );
 }
+
+/// A fusion that converts a stacked buffer and slices one layer out of it
+/// reads one layer: XLA computes a fused element-wise producer only at the
+/// elements its consumer reads.
+#[test]
+fn a_fused_convert_then_dynamic_slice_reads_only_the_slice() {
+    let text = r#"
+HloModule ds
+
+fused {
+  buf = f32[64,1024,1024] parameter(0)
+  i = s32[] parameter(1)
+  z = s32[] constant(0)
+  narrow = bf16[64,1024,1024] convert(buf)
+  ROOT ds = bf16[1,1024,1024] dynamic-slice(narrow, i, z, z), dynamic_slice_sizes={1,1024,1024}
+}
+
+ENTRY e {
+  buf = f32[64,1024,1024] parameter(0)
+  i = s32[] parameter(1)
+  ROOT f = bf16[1,1024,1024] fusion(buf, i), kind=kLoop, calls=fused
+}
+"#;
+    let t = root_time(text, "v4", TimingContext::default());
+    let layer = 1024.0 * 1024.0;
+    // One f32 layer read, one bf16 layer written (plus the index), not the
+    // whole 256 MiB buffer.
+    assert!(
+        t.bytes_accessed < 7.0 * layer,
+        "{} bytes, want about {}",
+        t.bytes_accessed,
+        6.0 * layer
+    );
+}
