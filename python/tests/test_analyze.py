@@ -39,6 +39,19 @@ def test_compiled_agrees_with_cli(cli: str, tmp_path: pathlib.Path) -> None:
     assert tpusim.analyze(compiled).to_json() + "\n" == expected
 
 
+@pytest.mark.parametrize("name", ["mlp_bf16", "attention", "train_step"])
+def test_compiled_is_priced_like_the_program_it_came_from(name: str) -> None:
+    # XLA:CPU's fusions, layout copies and float normalization are undone
+    # before tpusim compiles for the TPU, and the report says so.
+    f, args = PROGRAMS[name]
+    lo = jax.jit(f).lower(*args)
+    from_lowered = tpusim.analyze(lo, chip="v5e")
+    from_compiled = tpusim.analyze(lo.compile(), chip="v5e")
+    assert 0.8 < from_compiled.step_time_s / from_lowered.step_time_s < 1.25
+    said = " ".join(from_compiled.assumptions)
+    assert "compiled by another backend" in said and "unfused" in said, said
+
+
 def test_chip_file_agrees_with_cli(cli: str, repo: pathlib.Path, tmp_path: pathlib.Path) -> None:
     toml = (repo / "crates/arch/chips/v5e.toml").read_text()
     # A faster-memory variant of v5e, as a user would describe an unreleased chip.

@@ -18,6 +18,7 @@
 mod async_collectives;
 mod cleanup;
 mod combine;
+pub mod normalize;
 mod reassociate;
 mod reduce_scatter;
 mod schedule;
@@ -184,15 +185,15 @@ pub fn compile(
             .push(("input".to_string(), tpusim_hlo::print_module(p.m)));
     }
     let scheduled = p.m.config.is_scheduled == Some(true);
-    let unfused =
-        !p.m.instrs
-            .iter()
-            .any(|i| i.opcode == tpusim_hlo::Opcode::Fusion);
     p.run("while-loop-trip-count-annotator", annotate_trip_counts)?;
-    // XLA:TPU makes every collective asynchronous, so a scheduled module with
-    // synchronous ones was scheduled by another backend (XLA:CPU): its
-    // schedule is not the one a TPU runs.
-    let foreign = scheduled && has_synchronous_collectives(p.m);
+    // XLA:TPU makes every collective asynchronous and tiles every layout, so
+    // a scheduled module with synchronous collectives, or with neither tiled
+    // layouts nor any asynchronous op, was compiled by another backend
+    // (XLA:CPU): its fusions, precision and schedule are not a TPU's. (A
+    // hand-written scheduled module with async ops keeps its program.)
+    let foreign = scheduled
+        && (has_synchronous_collectives(p.m)
+            || (!normalize::has_tpu_layouts(p.m) && !has_async_ops(p.m)));
     if scheduled && !opts.reschedule && !foreign {
         p.skip(
             "collective passes",
@@ -200,17 +201,26 @@ pub fn compile(
         );
         return Ok(p.report);
     }
-    if foreign && !opts.reschedule {
+    if foreign {
         p.report.passes.push(PassRecord {
             pass: "backend-check".to_string(),
             change: Some(
-                "scheduled module with synchronous collectives (not an XLA:TPU program, e.g. \
-                 XLA:CPU): collectives recompiled and the module rescheduled"
+                "compiled by another backend (scheduled, with synchronous collectives or \
+                 without XLA:TPU's tiled layouts and async ops, e.g. XLA:CPU): its fusions, \
+                 layout copies and float normalization undone, then compiled for the TPU and \
+                 rescheduled"
                     .to_string(),
             ),
             skipped: None,
         });
+        for (name, pass) in normalize::FOREIGN_PASSES {
+            p.run(name, pass)?;
+        }
     }
+    let unfused =
+        !p.m.instrs
+            .iter()
+            .any(|i| i.opcode == tpusim_hlo::Opcode::Fusion);
     p.run("call-inliner", |m| {
         let s = tpusim_hlo::passes::inline_calls(m);
         Changed::count(s.inlined + s.left, |_| {
@@ -267,6 +277,25 @@ fn has_synchronous_collectives(m: &Module) -> bool {
                 AllReduce | AllGather | ReduceScatter | CollectivePermute | AllToAll
             )
         })
+    })
+}
+
+/// Whether any computation starts an asynchronous op (a collective, a copy,
+/// a wrapped computation).
+fn has_async_ops(m: &Module) -> bool {
+    use tpusim_hlo::Opcode::*;
+    m.instrs.iter().any(|i| {
+        i.async_sugar.is_some()
+            || matches!(
+                i.opcode,
+                AsyncStart
+                    | AllGatherStart
+                    | AllReduceStart
+                    | CollectivePermuteStart
+                    | CopyStart
+                    | Send
+                    | Recv
+            )
     })
 }
 

@@ -107,7 +107,7 @@ fn build(m: &Module, c: CompId, chip: &Chip, comm: &dyn CommModel) -> Vec<Node> 
             let cost_s = match role {
                 Role::Start(_) => comm.cost(m, id).map_or(0.0, |c| c.time_s),
                 Role::Done(_) => 0.0,
-                Role::Compute if tpusim_perf::is_free(ins.opcode) => 0.0,
+                Role::Compute if tpusim_perf::is_free_instr(m, id) => 0.0,
                 Role::Compute => tpusim_perf::op_time(m, chip, id).time_s,
             };
             let bytes = if allocates(ins.opcode) {

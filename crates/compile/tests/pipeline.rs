@@ -300,32 +300,52 @@ fn pipeline_keeps_every_corpus_module_valid() {
 }
 
 /// An XLA:CPU-compiled module is scheduled, but with synchronous collectives
-/// no TPU program has: the pipeline recompiles it. Without collectives, a
-/// scheduled module keeps its program.
+/// and without the tiled layouts XLA:TPU gives every array: the pipeline
+/// undoes its fusions and recompiles it. A scheduled module with TPU layouts
+/// keeps its program.
 #[test]
-fn scheduled_cpu_programs_with_sync_collectives_are_recompiled() {
+fn scheduled_cpu_programs_are_recompiled_tpu_programs_kept() {
     let chip = v5e();
     let opts = CompileOptions::default();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata/corpus/jax_generated");
-    let text = std::fs::read_to_string(dir.join("transformer_train_step_sharded.compiled.hlo"))
-        .expect("corpus");
-    let mut m = parse(&text);
-    assert_eq!(m.config.is_scheduled, Some(true));
-    let report = compile(&mut m, &chip, &LocalOnly, &opts).expect("compiles");
-    assert!(
-        report.passes.iter().any(|p| p.pass == "backend-check"),
-        "{:?}",
-        report.passes
-    );
-    assert_eq!(
-        count(&m, Opcode::AllReduce) + count(&m, Opcode::AllGather),
-        0
-    );
-    verify(&m).expect("valid");
+    for file in [
+        "transformer_train_step_sharded.compiled.hlo",
+        "mlp_grad.compiled.hlo",
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("corpus");
+        let mut m = parse(&text);
+        assert_eq!(m.config.is_scheduled, Some(true));
+        let report = compile(&mut m, &chip, &LocalOnly, &opts).expect("compiles");
+        let ran = |name: &str| {
+            report
+                .passes
+                .iter()
+                .any(|p| p.pass == name && p.change.is_some())
+        };
+        assert!(
+            ran("backend-check") && ran("fusion-inliner"),
+            "{file}: {:?}",
+            report.passes
+        );
+        assert_eq!(
+            count(&m, Opcode::AllReduce) + count(&m, Opcode::AllGather),
+            0,
+            "{file}: collectives left synchronous"
+        );
+        verify(&m).expect("valid");
+    }
 
-    let text = std::fs::read_to_string(dir.join("mlp_grad.compiled.hlo")).expect("corpus");
-    let mut m = parse(&text);
+    let tpu = r#"
+HloModule tpu, is_scheduled=true
+
+ENTRY %main (p: f32[8,128]) -> f32[8,128] {
+  %p = f32[8,128]{1,0:T(8,128)} parameter(0)
+  %e = f32[8,128]{1,0:T(8,128)} exponential(%p)
+  ROOT %n = f32[8,128]{1,0:T(8,128)} negate(%e)
+}
+"#;
+    let mut m = parse(tpu);
     let before = tpusim_hlo::print_module(&m);
     let report = compile(&mut m, &chip, &LocalOnly, &opts).expect("compiles");
     assert!(report.passes.iter().any(|p| p.skipped.is_some()));

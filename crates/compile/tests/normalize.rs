@@ -1,0 +1,310 @@
+//! The passes that undo XLA:CPU's compilation, each on a small program whose
+//! result is known (verifier after each). That they keep what a program
+//! computes is tested in crates/interp/tests/jax_cases.rs, on XLA:CPU's own
+//! programs and their reference outputs.
+
+use tpusim_compile::normalize::{
+    bitcast_layout_transposes, remove_foreign_copies, split_tuple_collectives,
+    undo_float_normalization, unfuse,
+};
+use tpusim_compile::{compact, Changed};
+use tpusim_hlo::{parse_module, verify, Module, Opcode, PrimitiveType};
+
+fn parse(text: &str) -> Module {
+    let m = parse_module(text).expect("test module parses");
+    verify(&m).expect("test module verifies");
+    m
+}
+
+fn checked(m: &mut Module, pass: impl FnOnce(&mut Module) -> Changed) -> Changed {
+    let c = pass(m);
+    compact(m);
+    if let Err(e) = verify(m) {
+        panic!(
+            "invalid after pass: {}\n{}",
+            e[0].message,
+            tpusim_hlo::print_module(m)
+        );
+    }
+    c
+}
+
+/// Instructions of the entry computation with opcode `op`.
+fn entry_ops(m: &Module, op: Opcode) -> Vec<&tpusim_hlo::Instruction> {
+    m.entry()
+        .instrs
+        .iter()
+        .map(|&i| m.instr(i))
+        .filter(|i| i.opcode == op)
+        .collect()
+}
+
+fn ty(ins: &tpusim_hlo::Instruction) -> Option<PrimitiveType> {
+    ins.shape.element_type()
+}
+
+/// XLA:CPU's per-layer update of a stacked bf16 buffer: widened whole,
+/// updated in f32, narrowed whole.
+const DUS_ROUND_TRIP: &str = r#"
+HloModule dus, is_scheduled=true
+
+ENTRY main {
+  buf = bf16[4,8,128]{2,1,0} parameter(0)
+  upd = bf16[8,128]{1,0} parameter(1)
+  i = s32[] parameter(2)
+  zero = s32[] constant(0)
+  wide = f32[4,8,128]{2,1,0} convert(buf)
+  u = f32[8,128]{1,0} convert(upd)
+  u3 = f32[1,8,128]{2,1,0} bitcast(u)
+  dus = f32[4,8,128]{2,1,0} dynamic-update-slice(wide, u3, i, zero, zero)
+  ROOT out = bf16[4,8,128]{2,1,0} convert(dus)
+}
+"#;
+
+#[test]
+fn dynamic_update_slice_of_a_widened_buffer_runs_on_the_buffer() {
+    let mut m = parse(DUS_ROUND_TRIP);
+    assert!(matches!(
+        checked(&mut m, undo_float_normalization),
+        Changed::Yes(_)
+    ));
+    let root = m.instr(m.entry().root);
+    assert_eq!(root.opcode, Opcode::DynamicUpdateSlice);
+    assert_eq!(ty(root), Some(PrimitiveType::Bf16));
+    assert_eq!(m.instr(root.operands[0]).opcode, Opcode::Parameter);
+    assert!(
+        entry_ops(&m, Opcode::Convert).is_empty(),
+        "{}",
+        tpusim_hlo::print_module(&m)
+    );
+}
+
+#[test]
+fn narrowing_round_trips_are_not_folded() {
+    // f32 -> bf16 -> f32 rounds: it is not the identity, and stays.
+    let mut m = parse(
+        r#"
+HloModule r
+ENTRY main {
+  x = f32[8]{0} parameter(0)
+  n = bf16[8]{0} convert(x)
+  ROOT w = f32[8]{0} convert(n)
+}
+"#,
+    );
+    assert_eq!(checked(&mut m, undo_float_normalization), Changed::No);
+    assert_eq!(entry_ops(&m, Opcode::Convert).len(), 2);
+}
+
+/// A combined f32 all-reduce of values widened from bf16, and an all-gather
+/// of a widened value, as XLA:CPU leaves a bf16 data-parallel step.
+const COLLECTIVES: &str = r#"
+HloModule c, is_scheduled=true, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  g0 = bf16[16]{0} parameter(0)
+  g1 = bf16[8]{0} parameter(1)
+  keep = f32[4]{0} parameter(2)
+  w0 = f32[16]{0} convert(g0)
+  w1 = f32[8]{0} convert(g1)
+  ar = (f32[16]{0}, f32[8]{0}, f32[4]{0}) all-reduce(w0, w1, keep), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  r0 = f32[16]{0} get-tuple-element(ar), index=0
+  r1 = f32[8]{0} get-tuple-element(ar), index=1
+  r2 = f32[4]{0} get-tuple-element(ar), index=2
+  ag = f32[32]{0} all-gather(w1), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, dimensions={0}
+  ROOT t = (f32[16]{0}, f32[8]{0}, f32[4]{0}, f32[32]{0}) tuple(r0, r1, r2, ag)
+}
+"#;
+
+#[test]
+fn collectives_of_widened_values_move_the_narrow_values() {
+    let mut m = parse(COLLECTIVES);
+    assert!(matches!(
+        checked(&mut m, split_tuple_collectives),
+        Changed::Yes(_)
+    ));
+    assert_eq!(entry_ops(&m, Opcode::AllReduce).len(), 3);
+    checked(&mut m, undo_float_normalization);
+    let reduces: Vec<Option<PrimitiveType>> = entry_ops(&m, Opcode::AllReduce)
+        .into_iter()
+        .map(ty)
+        .collect();
+    use PrimitiveType::{Bf16, F32};
+    assert_eq!(reduces, vec![Some(Bf16), Some(Bf16), Some(F32)]);
+    for ar in entry_ops(&m, Opcode::AllReduce) {
+        let reducer = m.comp(ar.attr_comp("to_apply").expect("reducer"));
+        assert_eq!(ty(m.instr(reducer.root)), ty(ar));
+    }
+    let ag = entry_ops(&m, Opcode::AllGather);
+    assert_eq!(ty(ag[0]), Some(Bf16));
+}
+
+/// XLA:CPU carries a bf16 stack of activations through a loop in f32:
+/// widened on entry, narrowed on every read, widened again on the way out.
+const LOOP_STATE: &str = r#"
+HloModule loop, is_scheduled=true
+
+cond {
+  p = (s32[], f32[4,8]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  p = (s32[], f32[4,8]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  s = f32[4,8]{1,0} get-tuple-element(p), index=1
+  narrow = bf16[4,8]{1,0} convert(s)
+  neg = bf16[4,8]{1,0} negate(narrow)
+  wide = f32[4,8]{1,0} convert(neg)
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  ROOT t = (s32[], f32[4,8]{1,0}) tuple(next, wide)
+}
+
+ENTRY main {
+  x = bf16[4,8]{1,0} parameter(0)
+  w = f32[4,8]{1,0} convert(x)
+  zero = s32[] constant(0)
+  init = (s32[], f32[4,8]{1,0}) tuple(zero, w)
+  loop = (s32[], f32[4,8]{1,0}) while(init), condition=cond, body=body
+  r = f32[4,8]{1,0} get-tuple-element(loop), index=1
+  ROOT out = bf16[4,8]{1,0} convert(r)
+}
+"#;
+
+#[test]
+fn loop_state_widened_on_entry_and_narrowed_on_reads_is_carried_narrow() {
+    let mut m = parse(LOOP_STATE);
+    checked(&mut m, undo_float_normalization);
+    let w = entry_ops(&m, Opcode::While)[0];
+    let state = w.shape.tuple_elements().expect("tuple");
+    assert_eq!(state[1].element_type(), Some(PrimitiveType::Bf16));
+    let converts = m
+        .comps
+        .iter()
+        .flat_map(|c| &c.instrs)
+        .filter(|&&i| m.instr(i).opcode == Opcode::Convert)
+        .count();
+    assert_eq!(converts, 0, "{}", tpusim_hlo::print_module(&m));
+}
+
+#[test]
+fn loop_state_read_wide_stays_wide() {
+    // The body also adds the f32 state to itself: the f32 value is used.
+    let text = LOOP_STATE.replace(
+        "ROOT t = (s32[], f32[4,8]{1,0}) tuple(next, wide)",
+        "sum = f32[4,8]{1,0} add(s, wide)\n  ROOT t = (s32[], f32[4,8]{1,0}) tuple(next, sum)",
+    );
+    let mut m = parse(&text);
+    checked(&mut m, undo_float_normalization);
+    let w = entry_ops(&m, Opcode::While)[0];
+    let state = w.shape.tuple_elements().expect("tuple");
+    assert_eq!(state[1].element_type(), Some(PrimitiveType::F32));
+}
+
+#[test]
+fn widened_dot_operands_are_read_narrow() {
+    let mut m = parse(
+        r#"
+HloModule d
+ENTRY main {
+  a = bf16[8,16]{1,0} parameter(0)
+  b = bf16[16,4]{1,0} parameter(1)
+  wa = f32[8,16]{1,0} convert(a)
+  wb = f32[16,4]{1,0} convert(b)
+  ROOT d = f32[8,4]{1,0} dot(wa, wb), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"#,
+    );
+    checked(&mut m, undo_float_normalization);
+    let dot = m.instr(m.entry().root);
+    assert_eq!(ty(dot), Some(PrimitiveType::F32));
+    for &o in &dot.operands {
+        assert_eq!(m.instr(o).opcode, Opcode::Parameter);
+    }
+}
+
+#[test]
+fn only_transposes_that_keep_the_element_order_become_bitcasts() {
+    let mut m = parse(
+        r#"
+HloModule t
+ENTRY main {
+  x = f32[4,8]{1,0} parameter(0)
+  relabel = f32[8,4]{0,1} transpose(x), dimensions={1,0}
+  moves = f32[8,4]{1,0} transpose(x), dimensions={1,0}
+  ROOT t = (f32[8,4]{0,1}, f32[8,4]{1,0}) tuple(relabel, moves)
+}
+"#,
+    );
+    assert!(matches!(
+        checked(&mut m, bitcast_layout_transposes),
+        Changed::Yes(_)
+    ));
+    let root = m.instr(m.entry().root);
+    assert_eq!(m.instr(root.operands[0]).opcode, Opcode::Bitcast);
+    assert_eq!(m.instr(root.operands[1]).opcode, Opcode::Transpose);
+}
+
+#[test]
+fn layout_copies_go_unless_a_bitcast_reads_them() {
+    let mut m = parse(
+        r#"
+HloModule c
+ENTRY main {
+  x = f32[4,8]{1,0} parameter(0)
+  c1 = f32[4,8]{0,1} copy(x)
+  n = f32[4,8]{0,1} negate(c1)
+  c2 = f32[4,8]{0,1} copy(x)
+  b = f32[32]{0} bitcast(c2)
+  ROOT t = (f32[4,8]{0,1}, f32[32]{0}) tuple(n, b)
+}
+"#,
+    );
+    checked(&mut m, remove_foreign_copies);
+    let copies = entry_ops(&m, Opcode::Copy);
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].name, "c2");
+}
+
+#[test]
+fn nested_fusions_are_unfused_and_their_computations_removed() {
+    let mut m = parse(
+        r#"
+HloModule f, is_scheduled=true
+
+inner {
+  a = f32[8]{0} parameter(0)
+  ROOT e = f32[8]{0} exponential(a)
+}
+
+outer {
+  p = f32[8]{0} parameter(0)
+  f = f32[8]{0} fusion(p), kind=kLoop, calls=inner
+  ROOT n = f32[8]{0} negate(f)
+}
+
+ENTRY main {
+  x = f32[8]{0} parameter(0)
+  ROOT y = f32[8]{0} fusion(x), kind=kLoop, calls=outer
+}
+"#,
+    );
+    assert!(matches!(checked(&mut m, unfuse), Changed::Yes(_)));
+    assert_eq!(m.comps.len(), 1, "{}", tpusim_hlo::print_module(&m));
+    let ops: Vec<Opcode> = m
+        .entry()
+        .instrs
+        .iter()
+        .map(|&i| m.instr(i).opcode)
+        .collect();
+    assert_eq!(ops, vec![Opcode::Parameter, Opcode::Exp, Opcode::Negate]);
+}
