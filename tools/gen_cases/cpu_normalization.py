@@ -72,6 +72,15 @@ def bits(a):
     return a.view(np.uint16) if a.dtype.name == "bfloat16" else a
 
 
+def attention_loss(q, k, v):
+    """Multi-head attention and its gradient: XLA:CPU's dot kernels want batch dimensions major,
+    so it copies operands to transposed layouts and bitcasts them to 3-D."""
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+    p = jax.nn.softmax(s, axis=-1).astype(BF16)
+    o = jnp.einsum("bhqk,bkhd->bqhd", p, v)
+    return (o.astype(jnp.float32) ** 2).sum()
+
+
 def save(name, desc, lowered, ins, outs, out_hlo_shardings=None, devices=1):
     d = os.path.join(OUT, "cpun_" + name)
     shutil.rmtree(d, ignore_errors=True)
@@ -114,6 +123,10 @@ def main():
     h0 = eighths((4, 16)).astype(BF16)
     single("bf16_scan_grad", "gradient of a remat lax.scan over stacked bf16 layers",
            jax.grad(scan_loss), [ws, h0])
+
+    q, k, v = (eighths((2, 8, 4, 16)).astype(BF16) for _ in range(3))
+    single("bf16_attention_grad", "gradient of bf16 multi-head attention (einsums over heads)",
+           jax.grad(attention_loss, argnums=(0, 1, 2)), [q, k, v])
 
     mesh = Mesh(np.array(jax.devices()[:8]), ("x",))
     def dp_step(a, w):

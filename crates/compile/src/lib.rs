@@ -22,6 +22,7 @@ pub mod normalize;
 mod reassociate;
 mod reduce_scatter;
 mod schedule;
+mod transpose_folding;
 mod util;
 
 pub use async_collectives::convert_async_collectives;
@@ -30,6 +31,7 @@ pub use combine::combine_collectives;
 pub use reassociate::reassociate_all_reduces;
 pub use reduce_scatter::all_reduce_to_reduce_scatter;
 pub use schedule::{latency_hiding_schedule, SchedulerLimits};
+pub use transpose_folding::fold_transposes_into_dots;
 
 use serde::{Deserialize, Serialize};
 use tpusim_arch::Chip;
@@ -242,6 +244,7 @@ pub fn compile(
             "the chip file has no [compiler] table",
         ),
     }
+    p.run("transpose-folding", fold_transposes_into_dots)?;
     if unfused {
         p.run("tpu-fusion", |m| {
             let s = tpusim_hlo::passes::fuse(m);

@@ -2,15 +2,17 @@
 //! undo what that compiler did and XLA:TPU would not, so the TPU passes start
 //! from the program the user wrote.
 //!
-//! XLA:CPU fuses for a CPU, combines collectives into tuples, and — lacking
-//! bf16 arithmetic — runs its float normalization: every bf16 op computes in
+//! XLA:CPU fuses for a CPU, lays arrays out for its kernels (copies to
+//! transposed layouts, bitcasts between them), combines collectives into
+//! tuples, and — lacking bf16 arithmetic — runs its float normalization: every bf16 op computes in
 //! f32 between converts. A TPU computes the same program on bf16 data, so a
 //! CPU-compiled program priced as printed moves f32 where a TPU moves bf16 (a
 //! whole stacked-layer buffer converted to f32 around each per-layer
 //! dynamic-update-slice; f32 weight all-gathers and gradient all-reduces).
 //! The passes here are exact rewrites of the printed program, except that a
 //! collective moved back to bf16 reduces in bf16, as the original program's
-//! did on a TPU.
+//! did on a TPU. They never print and never fail: a pattern they do not
+//! recognize is left as it is, and priced as XLA:CPU wrote it.
 
 use crate::util::{all_names, fresh_name, push_instr, sort_attrs};
 use crate::Changed;
@@ -34,11 +36,10 @@ pub fn has_tpu_layouts(m: &Module) -> bool {
 pub type Pass = fn(&mut Module) -> Changed;
 
 /// The passes that undo another backend's compilation, in pipeline order.
-pub const FOREIGN_PASSES: [(&str, Pass); 5] = [
+pub const FOREIGN_PASSES: [(&str, Pass); 4] = [
     ("fusion-inliner", unfuse),
     ("collective-splitter", split_tuple_collectives),
-    ("bitcast-transposes", bitcast_layout_transposes),
-    ("foreign-copy-removal", remove_foreign_copies),
+    ("layout-normalization", normalize_layouts),
     ("float-normalization-reversal", undo_float_normalization),
 ];
 
@@ -136,99 +137,187 @@ fn split_one(
     Some(new_ids)
 }
 
-/// Removes the copies another backend's layout assignment and copy
-/// insertion added (a physical transpose to the layout its kernels want, a
-/// copy of loop state): XLA:TPU assigns its own layouts, and its copy
-/// insertion keeps few such copies. A computation's root copy is kept, and
-/// so is a copy a bitcast reads (the bitcast's meaning depends on the
-/// layout the copy made).
-pub fn remove_foreign_copies(m: &mut Module) -> Changed {
-    let mut n = 0;
+/// Makes the program independent of another backend's layouts, as the
+/// user's program was (XLA:TPU assigns its own): a `copy` (a layout change
+/// or a copy of loop state) is the identity and goes, a `bitcast` between
+/// layouts becomes the logical transpose, reshape and transpose it stands
+/// for, and every layout is dropped. Exact: only bitcasts read layouts.
+/// A computation's root copy is kept.
+pub fn normalize_layouts(m: &mut Module) -> Changed {
+    let mut names = all_names(m);
+    let (mut copies, mut bitcasts) = (0, 0);
     for c in crate::util::control_computations(m) {
-        let mut users = crate::util::users(m, c);
-        for i in m.comp(c).instrs.clone() {
+        // Bitcasts first, while their operands still have the layouts they
+        // were written against; then the copies, which are the identity.
+        // A bitcast replaced by logical ops leaves a value without its
+        // layout; a bitcast reading it was written against that layout.
+        let mut written: FxHashMap<InstrId, Shape> = FxHashMap::default();
+        bitcasts += rewrite_each(m, c, |m, i| {
+            if m.instr(i).opcode != Opcode::Bitcast {
+                return None;
+            }
+            let x = m.instr(i).operands[0];
+            let src = written.get(&x).unwrap_or(&m.instr(x).shape).clone();
+            let (value, made) = logical_bitcast(m, c, i, &src, &mut names)?;
+            written.insert(value, m.instr(i).shape.clone());
+            Some((value, made))
+        });
+        copies += rewrite_each(m, c, |m, i| {
             let ins = m.instr(i);
-            let feeds_bitcast = users
-                .get(&i)
-                .is_some_and(|u| u.iter().any(|&u| m.instr(u).opcode == Opcode::Bitcast));
-            if ins.opcode != Opcode::Copy || m.comp(c).root == i || feeds_bitcast {
-                continue;
-            }
-            let src = ins.operands[0];
-            for u in users.remove(&i).unwrap_or_default() {
-                for o in &mut m.instrs[u.index()].operands {
-                    if *o == i {
-                        *o = src;
-                    }
-                }
-                users.entry(src).or_default().push(u);
-            }
-            n += 1;
-        }
+            (ins.opcode == Opcode::Copy && m.comp(c).root != i)
+                .then(|| (ins.operands[0], Vec::new()))
+        });
     }
-    tpusim_hlo::passes::remove_dead_code(m);
-    Changed::count(n, |n| {
+    let mut stripped = false;
+    for ins in &mut m.instrs {
+        stripped |= has_layout(&ins.shape);
+        ins.shape = ins.shape.without_layouts();
+    }
+    if let Some((params, result)) = &mut m.config.entry_layout {
+        params.iter_mut().for_each(|p| *p = p.without_layouts());
+        *result = result.without_layouts();
+    }
+    let n = copies + bitcasts + usize::from(stripped);
+    Changed::count(n, |_| {
         format!(
-            "{n} copies of the compiled input removed (its layout changes and loop-state copies)"
+            "layouts of the compiled input dropped: {copies} copies removed, {bitcasts} \
+             bitcasts between layouts made logical transposes and reshapes"
         )
     })
 }
 
-/// Turns transposes that only relabel dimensions under their layouts (the
-/// physical order of the elements is unchanged: XLA:CPU's layout assignment
-/// makes many, with the data moved by a `copy` elsewhere) into the bitcasts
-/// XLA's simplifier makes of them, so they are not priced as data movement.
-pub fn bitcast_layout_transposes(m: &mut Module) -> Changed {
+/// Replaces each instruction of `c` for which `rewrite` gives (value, new
+/// instructions) by that value, the new instructions taking its place in
+/// the order; returns how many were replaced.
+fn rewrite_each(
+    m: &mut Module,
+    c: CompId,
+    mut rewrite: impl FnMut(&mut Module, InstrId) -> Option<(InstrId, Vec<InstrId>)>,
+) -> usize {
+    let mut users = crate::util::users(m, c);
+    let order = m.comp(c).instrs.clone();
+    let mut out = Vec::with_capacity(order.len());
     let mut n = 0;
-    for c in crate::util::control_computations(m) {
-        for i in m.comp(c).instrs.clone() {
-            if m.instr(i).opcode == Opcode::Transpose && transpose_is_bitcast(m, i) {
-                let ins = &mut m.instrs[i.index()];
-                ins.opcode = Opcode::Bitcast;
-                ins.attrs.retain(|a| a.name != "dimensions");
-                n += 1;
+    for i in order {
+        let Some((value, made)) = rewrite(m, i) else {
+            out.push(i);
+            continue;
+        };
+        n += 1;
+        out.extend(made);
+        for u in users.remove(&i).unwrap_or_default() {
+            for o in &mut m.instrs[u.index()].operands {
+                if *o == i {
+                    *o = value;
+                }
             }
+            users.entry(value).or_default().push(u);
+        }
+        if m.comp(c).root == i {
+            m.comps[c.index()].root = value;
         }
     }
-    Changed::count(n, |n| {
-        format!("{n} transposes are bitcasts under their layouts")
-    })
+    m.comps[c.index()].instrs = out;
+    n
 }
 
-/// Whether transpose `i` keeps the physical element order: its result's
-/// minor-to-major dimensions, mapped to the operand's, are the operand's
-/// (dimensions of size 1 do not count).
-fn transpose_is_bitcast(m: &Module, i: InstrId) -> bool {
+fn has_layout(s: &Shape) -> bool {
+    s.leaves().iter().any(|a| a.layout.is_some())
+}
+
+/// For a bitcast between non-default layouts (its operand's as written):
+/// the instructions that compute
+/// the same array logically (transpose the operand to its physical order,
+/// reshape to the result's physical dimensions, transpose to the result's
+/// logical order; identity steps left out) and the one holding the result.
+/// `None` for a bitcast that is already a plain reshape, changes the
+/// element type, or involves dynamic or tiled shapes.
+fn logical_bitcast(
+    m: &mut Module,
+    c: CompId,
+    i: InstrId,
+    operand_shape: &Shape,
+    names: &mut FxHashSet<String>,
+) -> Option<(InstrId, Vec<InstrId>)> {
     let ins = m.instr(i);
-    let (Some(out), Some(perm)) = (ins.shape.as_array(), ins.attr_ints("dimensions")) else {
-        return false;
+    let x = ins.operands[0];
+    let out = ins.shape.as_array()?.clone();
+    let src = operand_shape.as_array()?.clone();
+    let major_to_minor = |a: &tpusim_hlo::shape::ArrayShape| -> Option<Vec<usize>> {
+        match &a.layout {
+            Some(l) if !l.tiles.is_empty() => None,
+            Some(l) if l.minor_to_major.len() == a.dims.len() => l
+                .minor_to_major
+                .iter()
+                .rev()
+                .map(|&d| usize::try_from(d).ok())
+                .collect(),
+            _ => Some((0..a.dims.len()).collect()),
+        }
     };
-    let Some(src) = m.instr(ins.operands[0]).shape.as_array() else {
-        return false;
-    };
-    let (Some(lo), Some(li)) = (&out.layout, &src.layout) else {
-        return false;
-    };
-    if !lo.tiles.is_empty() || !li.tiles.is_empty() || perm.len() != out.dims.len() {
-        return false;
+    let identity = |p: &[usize]| p.iter().enumerate().all(|(k, &d)| k == d);
+    let (p_in, p_out) = (major_to_minor(&src)?, major_to_minor(&out)?);
+    if src.ty != out.ty
+        || !src.dynamic.is_empty()
+        || !out.dynamic.is_empty()
+        || (identity(&p_in) && identity(&p_out))
+    {
+        return None;
     }
-    let mapped: Option<Vec<i64>> = lo
-        .minor_to_major
+    let metadata: Vec<tpusim_hlo::Attr> = ins
+        .attrs
         .iter()
-        .map(|&d| perm.get(usize::try_from(d).ok()?).copied())
+        .filter(|a| a.name == "metadata")
+        .cloned()
         .collect();
-    let Some(mapped) = mapped else {
-        return false;
-    };
-    let big = |d: &i64| {
-        usize::try_from(*d)
-            .ok()
-            .and_then(|d| src.dims.get(d))
-            .is_some_and(|&s| s != 1)
-    };
-    let a: Vec<i64> = mapped.into_iter().filter(big).collect();
-    let b: Vec<i64> = li.minor_to_major.iter().copied().filter(big).collect();
-    a == b
+    let base = ins.name.clone();
+    let mut made = Vec::new();
+    let mut value = x;
+    let mut emit =
+        |m: &mut Module, opcode: Opcode, dims: Vec<i64>, perm: Option<Vec<i64>>, value: InstrId| {
+            let mut attrs = metadata.clone();
+            if let Some(perm) = perm {
+                attrs.push(tpusim_hlo::Attr {
+                    name: "dimensions".into(),
+                    value: AttrValue::Ints(perm),
+                });
+            }
+            sort_attrs(&mut attrs);
+            let id = push_instr(
+                m,
+                Instruction {
+                    name: fresh_name(names, &base),
+                    opcode,
+                    shape: Shape::array(src.ty, dims),
+                    operands: vec![value],
+                    attrs,
+                    parent: c,
+                    parameter_number: None,
+                    literal: None,
+                    async_sugar: None,
+                },
+            );
+            made.push(id);
+            id
+        };
+    let physical = |dims: &[i64], p: &[usize]| -> Vec<i64> { p.iter().map(|&d| dims[d]).collect() };
+    let in_phys = physical(&src.dims, &p_in);
+    if !identity(&p_in) {
+        let perm = p_in.iter().map(|&d| d as i64).collect();
+        value = emit(m, Opcode::Transpose, in_phys.clone(), Some(perm), value);
+    }
+    let out_phys = physical(&out.dims, &p_out);
+    if in_phys != out_phys {
+        value = emit(m, Opcode::Reshape, out_phys, None, value);
+    }
+    if !identity(&p_out) {
+        let mut inverse = vec![0i64; p_out.len()];
+        for (k, &d) in p_out.iter().enumerate() {
+            inverse[d] = k as i64;
+        }
+        value = emit(m, Opcode::Transpose, out.dims.clone(), Some(inverse), value);
+    }
+    Some((value, made))
 }
 
 /// How many of each rewrite [`undo_float_normalization`] made.

@@ -4,8 +4,7 @@
 //! programs and their reference outputs.
 
 use tpusim_compile::normalize::{
-    bitcast_layout_transposes, remove_foreign_copies, split_tuple_collectives,
-    undo_float_normalization, unfuse,
+    normalize_layouts, split_tuple_collectives, undo_float_normalization, unfuse,
 };
 use tpusim_compile::{compact, Changed};
 use tpusim_hlo::{parse_module, verify, Module, Opcode, PrimitiveType};
@@ -232,47 +231,74 @@ ENTRY main {
     }
 }
 
-#[test]
-fn only_transposes_that_keep_the_element_order_become_bitcasts() {
-    let mut m = parse(
-        r#"
-HloModule t
+/// XLA:CPU's physical transpose: a copy to the transposed layout, read by
+/// a bitcast to the transposed shape; and a plain transpose.
+const LAYOUTS: &str = r#"
+HloModule l, is_scheduled=true
 ENTRY main {
   x = f32[4,8]{1,0} parameter(0)
-  relabel = f32[8,4]{0,1} transpose(x), dimensions={1,0}
-  moves = f32[8,4]{1,0} transpose(x), dimensions={1,0}
-  ROOT t = (f32[8,4]{0,1}, f32[8,4]{1,0}) tuple(relabel, moves)
+  c = f32[4,8]{0,1} copy(x)
+  b = f32[8,4]{1,0} bitcast(c)
+  t = f32[8,4]{0,1} transpose(x), dimensions={1,0}
+  n = f32[8,4]{0,1} negate(t)
+  ROOT r = (f32[8,4]{1,0}, f32[8,4]{0,1}) tuple(b, n)
 }
-"#,
-    );
+"#;
+
+#[test]
+fn layouts_are_dropped_and_bitcasts_between_them_become_transposes() {
+    let mut m = parse(LAYOUTS);
     assert!(matches!(
-        checked(&mut m, bitcast_layout_transposes),
+        checked(&mut m, normalize_layouts),
         Changed::Yes(_)
     ));
+    assert!(entry_ops(&m, Opcode::Copy).is_empty());
+    assert!(entry_ops(&m, Opcode::Bitcast).is_empty());
+    assert!(m
+        .instrs
+        .iter()
+        .all(|i| i.shape.leaves().iter().all(|a| a.layout.is_none())));
+    // b read the copy's {0,1} order as [8,4] row-major: the transpose of x.
     let root = m.instr(m.entry().root);
-    assert_eq!(m.instr(root.operands[0]).opcode, Opcode::Bitcast);
-    assert_eq!(m.instr(root.operands[1]).opcode, Opcode::Transpose);
+    let b = m.instr(root.operands[0]);
+    assert_eq!(b.opcode, Opcode::Transpose);
+    assert_eq!(b.attr_ints("dimensions"), Some(&[1, 0][..]));
+    assert_eq!(m.instr(b.operands[0]).name, "x");
 }
 
 #[test]
-fn layout_copies_go_unless_a_bitcast_reads_them() {
+fn chained_bitcasts_keep_the_layout_each_was_written_against() {
+    // x{0,1} holds x's transpose in memory; as [32] that memory is
+    // transpose(x) flattened; as [8,4]{1,0} it is transpose(x).
     let mut m = parse(
         r#"
-HloModule c
+HloModule l, is_scheduled=true
 ENTRY main {
-  x = f32[4,8]{1,0} parameter(0)
-  c1 = f32[4,8]{0,1} copy(x)
-  n = f32[4,8]{0,1} negate(c1)
-  c2 = f32[4,8]{0,1} copy(x)
-  b = f32[32]{0} bitcast(c2)
-  ROOT t = (f32[4,8]{0,1}, f32[32]{0}) tuple(n, b)
+  x = f32[4,8]{0,1} parameter(0)
+  flat = f32[32]{0} bitcast(x)
+  ROOT back = f32[8,4]{1,0} bitcast(flat)
 }
 "#,
     );
-    checked(&mut m, remove_foreign_copies);
-    let copies = entry_ops(&m, Opcode::Copy);
-    assert_eq!(copies.len(), 1);
-    assert_eq!(copies[0].name, "c2");
+    checked(&mut m, normalize_layouts);
+    let ops: Vec<Opcode> = m
+        .entry()
+        .instrs
+        .iter()
+        .map(|&i| m.instr(i).opcode)
+        .collect();
+    assert_eq!(
+        ops,
+        // The last bitcast is between default layouts: a reshape already.
+        vec![
+            Opcode::Parameter,
+            Opcode::Transpose,
+            Opcode::Reshape,
+            Opcode::Bitcast
+        ],
+        "{}",
+        tpusim_hlo::print_module(&m)
+    );
 }
 
 #[test]

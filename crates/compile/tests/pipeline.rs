@@ -396,3 +396,43 @@ ENTRY main {
     assert!(rs.is_async, "{rs:?}");
     assert!(rs.exposed_s < rs.time_s, "{rs:?}");
 }
+
+/// XLA's TransposeFolding: a transpose feeding only dots folds into their
+/// dimension numbers, unless that would reorder a dot's free dimensions.
+#[test]
+fn transposes_fold_into_dots_that_keep_their_free_dimension_order() {
+    let mut m = parse(
+        r#"
+HloModule t
+ENTRY main {
+  x = f32[16,8] parameter(0)
+  w = f32[16,4] parameter(1)
+  xt = f32[8,16] transpose(x), dimensions={1,0}
+  ROOT d = f32[8,4] dot(xt, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"#,
+    );
+    let c = checked(&mut m, tpusim_compile::fold_transposes_into_dots);
+    assert!(matches!(c, Changed::Yes(_)));
+    let d = m.instr(m.entry().root);
+    assert_eq!(m.instr(d.operands[0]).name, "x");
+    assert_eq!(d.attr_ints("lhs_contracting_dims"), Some(&[0][..]));
+    assert_eq!(count(&m, Opcode::Transpose), 0);
+
+    // Swapping the two free dims of a 3-D operand would transpose the result.
+    let mut m = parse(
+        r#"
+HloModule t
+ENTRY main {
+  x = f32[2,3,16] parameter(0)
+  w = f32[16,4] parameter(1)
+  xt = f32[3,2,16] transpose(x), dimensions={1,0,2}
+  ROOT d = f32[3,2,4] dot(xt, w), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+}
+"#,
+    );
+    assert_eq!(
+        checked(&mut m, tpusim_compile::fold_transposes_into_dots),
+        Changed::No
+    );
+}
