@@ -250,8 +250,9 @@ pub fn compile(
             let s = tpusim_hlo::passes::fuse(m);
             Changed::count(s.fusions, |n| {
                 format!(
-                    "{} instructions fused into {n} fusions ({} cheap producers computed again in a second consumer)",
-                    s.fused_instructions, s.duplicated
+                    "{} instructions fused into {n} fusions ({} cheap producers computed again \
+                     in a second consumer, {} reductions also outputting the producer they read)",
+                    s.fused_instructions, s.duplicated, s.multi_output
                 )
             })
         })?;

@@ -4,6 +4,7 @@
 use crate::attr::{Attr, AttrValue};
 use crate::ir::{CompId, Computation, InstrId, Instruction, Module};
 use crate::opcode::{OpCategory, Opcode};
+use crate::shape::Shape;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// What [`fuse`] did.
@@ -16,6 +17,9 @@ pub struct FusionStats {
     /// Cheap producers computed again inside a fusion because other users
     /// outside it still read them (each copy counted once).
     pub duplicated: usize,
+    /// Reductions fused with a producer of their input that they also
+    /// output (multi-output fusions).
+    pub multi_output: usize,
 }
 
 /// A TPU-style fusion pass for unoptimized HLO, so that the bytes a cost model
@@ -516,13 +520,35 @@ fn fuse_computation(
         .map(|&i| m.instr(i).name.clone())
         .collect();
     let mut replaced: FxHashMap<InstrId, InstrId> = FxHashMap::default();
+    let mut placed: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
     let mut moved: FxHashSet<InstrId> = FxHashSet::default();
     for group in groups {
         stats.fusions += 1;
         stats.fused_instructions += group.members.len();
         stats.duplicated += group.copies.len();
-        let fusion = outline(m, c, &group.members, comp_names, &mut instr_names);
-        replaced.insert(*group.members.last().expect("non-empty group"), fusion);
+        let root = *group.members.last().expect("non-empty group");
+        let fusion = outline(
+            m,
+            c,
+            &group.members,
+            group.extra_output,
+            comp_names,
+            &mut instr_names,
+        );
+        match group.extra_output {
+            None => {
+                replaced.insert(root, fusion);
+                placed.insert(root, vec![fusion]);
+            }
+            Some(extra) => {
+                stats.multi_output += 1;
+                let first = tuple_element(m, c, fusion, 0, &mut instr_names);
+                let second = tuple_element(m, c, fusion, 1, &mut instr_names);
+                replaced.insert(root, first);
+                replaced.insert(extra, second);
+                placed.insert(root, vec![fusion, first, second]);
+            }
+        }
         moved.extend(
             group
                 .members
@@ -530,7 +556,39 @@ fn fuse_computation(
                 .filter(|g| !group.copies.contains(g)),
         );
     }
-    rewire_caller(m, c, &replaced, &moved);
+    rewire_caller(m, c, &replaced, &placed, &moved);
+}
+
+/// `get-tuple-element(tuple, index)` in computation `c` (not yet in its order).
+fn tuple_element(
+    m: &mut Module,
+    c: CompId,
+    tuple: InstrId,
+    index: usize,
+    names: &mut FxHashSet<String>,
+) -> InstrId {
+    let shape = m.instr(tuple).shape.tuple_elements().map_or_else(
+        || m.instr(tuple).shape.clone(),
+        |t| t.get(index).cloned().unwrap_or_else(|| t[0].clone()),
+    );
+    let name = unique(&format!("{}.{index}", m.instr(tuple).name), names);
+    push(
+        m,
+        Instruction {
+            name,
+            opcode: Opcode::GetTupleElement,
+            shape,
+            operands: vec![tuple],
+            attrs: vec![Attr {
+                name: "index".into(),
+                value: AttrValue::Int(index as i64),
+            }],
+            parent: c,
+            parameter_number: None,
+            literal: None,
+            async_sugar: None,
+        },
+    )
 }
 
 /// One planned fusion: `members` in text order, root last; `copies` are
@@ -538,6 +596,9 @@ fn fuse_computation(
 struct Group {
     members: Vec<InstrId>,
     copies: FxHashSet<InstrId>,
+    /// A producer the fusion also outputs, for its users outside
+    /// (multi-output fusion of a reduction with its input's producer).
+    extra_output: Option<InstrId>,
 }
 
 /// Chooses fusion groups, consumers first (reverse text order). `users`
@@ -563,7 +624,8 @@ fn plan_groups(m: &Module, c: CompId) -> Vec<Group> {
         if taken.contains(&root) || !can_root(ins) || has_control_deps(ins) {
             continue;
         }
-        let (members, copies) = grow_group(m, comp.root, root, &users, &taken);
+        let grown = grow_group(m, comp.root, root, &users, &taken, &position);
+        let (members, copies, extra_output) = (grown.members, grown.copies, grown.extra_output);
         if members.len() < 2 {
             continue;
         }
@@ -585,22 +647,36 @@ fn plan_groups(m: &Module, c: CompId) -> Vec<Group> {
         groups.push(Group {
             members: ordered,
             copies,
+            extra_output,
         });
     }
     groups
 }
 
+/// What [`grow_group`] chose.
+struct Grown {
+    members: FxHashSet<InstrId>,
+    copies: FxHashSet<InstrId>,
+    extra_output: Option<InstrId>,
+}
+
 /// The members of the fusion rooted at `root`, grown through its producers,
-/// and which of them are copies (producers still read outside).
+/// and which of them are copies (producers still read outside). A reduction
+/// also takes in one producer of its input that others read and that cannot
+/// be copied, as a second output (XLA's multi-output fusion: the softmax's
+/// `exp` is written once and not read back for its sum), when that
+/// producer's other users all come after the reduction.
 fn grow_group(
     m: &Module,
     comp_root: InstrId,
     root: InstrId,
     users: &FxHashMap<InstrId, FxHashSet<InstrId>>,
     taken: &FxHashSet<InstrId>,
-) -> (FxHashSet<InstrId>, FxHashSet<InstrId>) {
+    position: &FxHashMap<InstrId, usize>,
+) -> Grown {
     let mut members: FxHashSet<InstrId> = FxHashSet::default();
     let mut copies: FxHashSet<InstrId> = FxHashSet::default();
+    let mut extra_output = None;
     members.insert(root);
     let mut has_contraction = is_contraction(m.instr(root).opcode);
     let mut frontier = vec![root];
@@ -624,6 +700,17 @@ fn grow_group(
                 has_contraction |= contraction;
             } else if may_duplicate(m, pi) {
                 copies.insert(p);
+            } else if extra_output.is_none()
+                && !contraction
+                && reduces_over(m, root, p)
+                && users.get(&p).is_some_and(|us| {
+                    us.iter().all(|u| {
+                        members.contains(u) && !copies.contains(u)
+                            || position.get(u) > position.get(&root)
+                    })
+                })
+            {
+                extra_output = Some(p);
             } else {
                 continue;
             }
@@ -631,7 +718,21 @@ fn grow_group(
             frontier.push(p);
         }
     }
-    (members, copies)
+    Grown {
+        members,
+        copies,
+        extra_output,
+    }
+}
+
+/// Whether `root` is a one-input reduction whose input has `p`'s
+/// dimensions (the two share one loop over the input).
+fn reduces_over(m: &Module, root: InstrId, p: InstrId) -> bool {
+    let r = m.instr(root);
+    r.opcode == Opcode::Reduce
+        && r.operands.len() == 2
+        && m.instr(r.operands[0]).shape.dims() == m.instr(p).shape.dims()
+        && m.instr(p).shape.as_array().is_some()
 }
 
 /// Users of each instruction within the computation (operands only).
@@ -652,6 +753,7 @@ fn outline(
     m: &mut Module,
     c: CompId,
     group: &[InstrId],
+    extra_output: Option<InstrId>,
     comp_names: &mut FxHashSet<String>,
     instr_names: &mut FxHashSet<String>,
 ) -> InstrId {
@@ -701,10 +803,30 @@ fn outline(
     let kind = fusion_kind(m, group);
     let root_name = m.instr(root).name.clone();
     let caller_name = m.comp(c).name.clone();
+    let mut fused_root = remap[&root];
+    let mut shape = m.instr(root).shape.clone();
+    if let Some(extra) = extra_output {
+        shape = Shape::Tuple(vec![shape, m.instr(extra).shape.clone()]);
+        fused_root = push(
+            m,
+            Instruction {
+                name: format!("{root_name}.tuple"),
+                opcode: Opcode::Tuple,
+                shape: shape.clone(),
+                operands: vec![remap[&root], remap[&extra]],
+                attrs: Vec::new(),
+                parent: fused,
+                parameter_number: None,
+                literal: None,
+                async_sugar: None,
+            },
+        );
+        body.push(fused_root);
+    }
     m.comps.push(Computation {
         name: unique(&format!("fused_{root_name}.{caller_name}"), comp_names),
         instrs: body,
-        root: remap[&root],
+        root: fused_root,
         params,
         is_entry: false,
         execution_thread: None,
@@ -715,7 +837,7 @@ fn outline(
         Instruction {
             name: unique(&format!("{root_name}.fusion"), instr_names),
             opcode: Opcode::Fusion,
-            shape: m.instr(root).shape.clone(),
+            shape,
             operands: inputs,
             attrs: vec![
                 Attr {
@@ -753,25 +875,36 @@ fn fusion_kind(m: &Module, group: &[InstrId]) -> &'static str {
     }
 }
 
-/// Each fusion takes its root's place in the caller, the other members leave
-/// it, and every use of a root (including by other fusions) uses the fusion.
+/// Each fusion (with the get-tuple-elements of a multi-output one) takes its
+/// root's place in the caller, the other members leave it, and every use of
+/// a root or extra output (including by other fusions) uses what replaced it.
 fn rewire_caller(
     m: &mut Module,
     c: CompId,
     replaced: &FxHashMap<InstrId, InstrId>,
+    placed: &FxHashMap<InstrId, Vec<InstrId>>,
     moved: &FxHashSet<InstrId>,
 ) {
     let old = std::mem::take(&mut m.comps[c.index()].instrs);
-    let new: Vec<InstrId> = old
-        .iter()
-        .filter_map(|i| {
-            replaced
-                .get(i)
-                .copied()
-                .or((!moved.contains(i)).then_some(*i))
-        })
+    let mut new: Vec<InstrId> = Vec::with_capacity(old.len());
+    for i in old {
+        if let Some(v) = placed.get(&i) {
+            new.extend(v);
+        } else if !moved.contains(&i) {
+            new.push(i);
+        }
+    }
+    // The get-tuple-elements placed after a multi-output fusion read the
+    // fusion itself.
+    let outputs: FxHashSet<InstrId> = placed
+        .values()
+        .flat_map(|v| v.iter().skip(1))
+        .copied()
         .collect();
     for &i in &new {
+        if outputs.contains(&i) {
+            continue;
+        }
         for o in m.instrs[i.index()].operands.iter_mut() {
             if let Some(&f) = replaced.get(o) {
                 *o = f;

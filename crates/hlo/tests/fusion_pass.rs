@@ -192,3 +192,66 @@ fn real_unoptimized_modules_fuse_verify_and_round_trip() {
         "only {total} fusions over the unoptimized corpus"
     );
 }
+
+const SOFTMAX: &str = r#"
+HloModule softmax
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[64,512] parameter(0)
+  e = f32[64,512] exponential(x)
+  zero = f32[] constant(0)
+  sum = f32[64] reduce(e, zero), dimensions={1}, to_apply=add
+  b = f32[64,512] broadcast(sum), dimensions={0}
+  ROOT p = f32[64,512] divide(e, b)
+}
+"#;
+
+/// The softmax's exp (expensive: not copied into its second consumer) is
+/// fused with its sum as a second output, so the sum does not read it back.
+#[test]
+fn a_reduction_outputs_the_producer_others_read_too() {
+    let m = fused(SOFTMAX);
+    round_trips(&m);
+    let f = fusions(&m);
+    assert_eq!(f.len(), 2, "{}", print_module(&m));
+    assert_eq!(f[0].0, "kInput");
+    assert!(f[0].1.contains(&Opcode::Exp) && f[0].1.contains(&Opcode::Reduce));
+    let mof = m
+        .entry()
+        .instrs
+        .iter()
+        .map(|&i| m.instr(i))
+        .find(|i| i.opcode == Opcode::Fusion && i.shape.is_tuple())
+        .expect("a multi-output fusion");
+    assert_eq!(mof.shape.tuple_elements().unwrap().len(), 2);
+    // The divide's fusion reads the exp through the second output.
+    assert!(!f[1].1.contains(&Opcode::Exp), "{}", print_module(&m));
+}
+
+/// When another reader of the producer comes before the reduction, fusing
+/// them would make that reader wait for the reduction: no second output.
+#[test]
+fn no_second_output_for_a_producer_read_before_the_reduction() {
+    let text = SOFTMAX
+        .replace(
+            "  zero = f32[] constant(0)\n",
+            "  early = f32[64,512] divide(e, x)\n  zero = f32[] constant(0)\n",
+        )
+        .replace(
+            "ROOT p = f32[64,512] divide(e, b)",
+            "p = f32[64,512] divide(e, b)\n  ROOT t = (f32[64,512], f32[64,512]) tuple(p, early)",
+        );
+    let m = fused(&text);
+    round_trips(&m);
+    assert!(m
+        .entry()
+        .instrs
+        .iter()
+        .all(|&i| !(m.instr(i).opcode == Opcode::Fusion && m.instr(i).shape.is_tuple())));
+}

@@ -57,9 +57,10 @@ fn the_model_beats_the_roofline_on_every_set() {
 }
 
 /// Whole-model forward passes (GPT-2, Qwen2.5-0.5B, SmolLM2-135M on v4):
-/// 31.4% MAPE since calls are inlined and loop-fusible data movement is
-/// fused (105% before); the bound keeps that from sliding back.
-const WHOLE_MODEL_BOUND: f64 = 33.0;
+/// 19.8% MAPE since a reduction also outputs the producer it reads
+/// (multi-output fusion; 31.4% before, 105% before calls were inlined and
+/// data movement fused); the bound keeps that from sliding back.
+const WHOLE_MODEL_BOUND: f64 = 22.0;
 
 #[test]
 fn whole_model_error_stays_within_bound() {
