@@ -334,6 +334,13 @@ impl Rewrites {
     fn total(&self) -> usize {
         self.folded + self.dots + self.moved + self.collectives + self.loop_state
     }
+    fn count_moved(&mut self, collective: bool) {
+        if collective {
+            self.collectives += 1;
+        } else {
+            self.moved += 1;
+        }
+    }
     fn add(&mut self, r: &Rewrites) {
         self.folded += r.folded;
         self.dots += r.dots;
@@ -358,8 +365,10 @@ impl Rewrites {
 /// narrow type, as the program before normalization did.
 pub fn undo_float_normalization(m: &mut Module) -> Changed {
     let mut total = Rewrites::default();
-    let mut names = all_names(m);
-    let mut reducers: FxHashMap<(CompId, PrimitiveType), CompId> = FxHashMap::default();
+    let mut fresh = Fresh {
+        names: all_names(m),
+        reducers: FxHashMap::default(),
+    };
     let comps = crate::util::control_computations(m);
     // Every rewrite turns a wide value narrow or removes a convert, so rounds
     // end; the bound only guards against a bug.
@@ -367,8 +376,8 @@ pub fn undo_float_normalization(m: &mut Module) -> Changed {
         let mut r = Rewrites::default();
         for &c in &comps {
             let mut g = Graph::new(m, c);
-            g.forward(m, &mut names, &mut reducers, &mut r);
-            g.backward(m, &mut names, &mut reducers, &mut r);
+            g.forward(m, &mut fresh, &mut r);
+            g.backward(m, &mut fresh, &mut r);
             g.commit(m);
         }
         r.loop_state = narrow_loop_state(m);
@@ -624,6 +633,12 @@ fn readers_of(
 
 const MAX_ROUNDS: usize = 256;
 
+/// Names taken in the module and the narrow reducers made so far.
+struct Fresh {
+    names: FxHashSet<String>,
+    reducers: FxHashMap<(CompId, PrimitiveType), CompId>,
+}
+
 /// One computation under rewrite: users kept current, new instructions
 /// queued to go in front of the instruction that made them.
 struct Graph {
@@ -651,13 +666,7 @@ impl Graph {
         }
     }
 
-    fn forward(
-        &mut self,
-        m: &mut Module,
-        names: &mut FxHashSet<String>,
-        reducers: &mut FxHashMap<(CompId, PrimitiveType), CompId>,
-        r: &mut Rewrites,
-    ) {
+    fn forward(&mut self, m: &mut Module, fresh: &mut Fresh, r: &mut Rewrites) {
         for k in 0..self.order.len() {
             let i = self.order[k];
             if let Some(x) = round_trip_source(m, i) {
@@ -672,25 +681,15 @@ impl Graph {
                 m.instrs[i.index()].operands = sources;
                 r.dots += 1;
             } else if let Some(n) = sinkable(m, i) {
-                let collective = reduces(m.instr(i).opcode) || is_collective(m.instr(i).opcode);
-                if self.sink(m, i, n, names, reducers) {
-                    if collective {
-                        r.collectives += 1;
-                    } else {
-                        r.moved += 1;
-                    }
+                let collective = is_collective(m.instr(i).opcode);
+                if self.sink(m, i, n, fresh) {
+                    r.count_moved(collective);
                 }
             }
         }
     }
 
-    fn backward(
-        &mut self,
-        m: &mut Module,
-        names: &mut FxHashSet<String>,
-        reducers: &mut FxHashMap<(CompId, PrimitiveType), CompId>,
-        r: &mut Rewrites,
-    ) {
+    fn backward(&mut self, m: &mut Module, fresh: &mut Fresh, r: &mut Rewrites) {
         for k in (0..self.order.len()).rev() {
             let i = self.order[k];
             if self.grown.contains(&i) || m.comp(self.comp).root == i {
@@ -700,73 +699,58 @@ impl Graph {
                 continue;
             };
             let collective = is_collective(m.instr(i).opcode);
-            if self.hoist(m, i, n, names, reducers) {
-                if collective {
-                    r.collectives += 1;
-                } else {
-                    r.moved += 1;
-                }
+            if self.hoist(m, i, n, fresh) {
+                r.count_moved(collective);
             }
         }
     }
 
     /// `i` computed in `n` on its operands' unwidened values, widened after.
-    fn sink(
-        &mut self,
-        m: &mut Module,
-        i: InstrId,
-        n: PrimitiveType,
-        names: &mut FxHashSet<String>,
-        reducers: &mut FxHashMap<(CompId, PrimitiveType), CompId>,
-    ) -> bool {
-        let Some(mut narrow) = narrowed_clone(m, i, n, names, reducers) else {
+    fn sink(&mut self, m: &mut Module, i: InstrId, n: PrimitiveType, fresh: &mut Fresh) -> bool {
+        let Some(new) = self.narrow_copy(m, i, n, fresh) else {
             return false;
         };
-        for k in data_operands(m.instr(i)) {
-            let o = narrow.operands[k];
-            narrow.operands[k] = match widened_from(m, o) {
-                Some(x) => x,
-                None => self.add_convert(m, i, o, n, names),
-            };
-        }
         let wide_shape = m.instr(i).shape.clone();
-        let operands = narrow.operands.clone();
-        let new = push_instr(m, narrow);
-        self.queue(i, new, &operands);
-        let widen = self.add_convert_shaped(m, i, new, wide_shape, names);
+        let widen = self.add_convert_shaped(m, i, new, wide_shape, &mut fresh.names);
         self.replace_uses(m, i, widen);
         self.replaced.insert(i);
         true
     }
 
     /// `i` computed in `n` on narrowed operands; its narrowing users use it.
-    fn hoist(
-        &mut self,
-        m: &mut Module,
-        i: InstrId,
-        n: PrimitiveType,
-        names: &mut FxHashSet<String>,
-        reducers: &mut FxHashMap<(CompId, PrimitiveType), CompId>,
-    ) -> bool {
-        let Some(mut narrow) = narrowed_clone(m, i, n, names, reducers) else {
+    fn hoist(&mut self, m: &mut Module, i: InstrId, n: PrimitiveType, fresh: &mut Fresh) -> bool {
+        let Some(new) = self.narrow_copy(m, i, n, fresh) else {
             return false;
         };
-        for k in data_operands(m.instr(i)) {
-            let o = narrow.operands[k];
-            narrow.operands[k] = match widened_from(m, o) {
-                Some(x) if m.instr(x).shape.element_type() == Some(n) => x,
-                _ => self.add_convert(m, i, o, n, names),
-            };
-        }
-        let operands = narrow.operands.clone();
-        let new = push_instr(m, narrow);
-        self.queue(i, new, &operands);
         for u in self.users.get(&i).cloned().unwrap_or_default() {
             self.replace_uses(m, u, new);
             self.replaced.insert(u);
         }
         self.replaced.insert(i);
         true
+    }
+
+    /// A copy of `i` in type `n`, placed before it, reading each data
+    /// operand unwidened when it is widened from `n` and narrowed otherwise.
+    fn narrow_copy(
+        &mut self,
+        m: &mut Module,
+        i: InstrId,
+        n: PrimitiveType,
+        fresh: &mut Fresh,
+    ) -> Option<InstrId> {
+        let mut narrow = narrowed_clone(m, i, n, fresh)?;
+        for k in data_operands(m.instr(i)) {
+            let o = narrow.operands[k];
+            narrow.operands[k] = match widened_from(m, o) {
+                Some(x) if m.instr(x).shape.element_type() == Some(n) => x,
+                _ => self.add_convert(m, i, o, n, &mut fresh.names),
+            };
+        }
+        let operands = narrow.operands.clone();
+        let new = push_instr(m, narrow);
+        self.queue(i, new, &operands);
+        Some(new)
     }
 
     /// Whether every user of `i` narrows it to one type; that type.
@@ -998,10 +982,6 @@ fn is_collective(op: Opcode) -> bool {
     )
 }
 
-fn reduces(op: Opcode) -> bool {
-    matches!(op, Opcode::AllReduce | Opcode::ReduceScatter)
-}
-
 /// Operand positions that carry the data (not indices or predicates).
 fn data_operands(ins: &Instruction) -> Vec<usize> {
     use Opcode::*;
@@ -1035,16 +1015,15 @@ fn narrowed_clone(
     m: &mut Module,
     i: InstrId,
     n: PrimitiveType,
-    names: &mut FxHashSet<String>,
-    reducers: &mut FxHashMap<(CompId, PrimitiveType), CompId>,
+    fresh: &mut Fresh,
 ) -> Option<Instruction> {
     let mut narrow = m.instr(i).clone();
-    narrow.name = fresh_name(names, &narrow.name);
+    narrow.name = fresh_name(&mut fresh.names, &narrow.name);
     if let Shape::Array(a) = &mut narrow.shape {
         a.ty = n;
     }
     if let Some(r) = narrow.attr_comp("to_apply") {
-        let nr = narrow_reducer(m, r, n, names, reducers)?;
+        let nr = narrow_reducer(m, r, n, fresh)?;
         for a in &mut narrow.attrs {
             if a.name == "to_apply" {
                 a.value = AttrValue::Comp(nr);
@@ -1060,10 +1039,9 @@ fn narrow_reducer(
     m: &mut Module,
     r: CompId,
     n: PrimitiveType,
-    names: &mut FxHashSet<String>,
-    reducers: &mut FxHashMap<(CompId, PrimitiveType), CompId>,
+    fresh: &mut Fresh,
 ) -> Option<CompId> {
-    if let Some(&c) = reducers.get(&(r, n)) {
+    if let Some(&c) = fresh.reducers.get(&(r, n)) {
         return Some(c);
     }
     if !is_scalar_binary(m, r) {
@@ -1088,7 +1066,7 @@ fn narrow_reducer(
     let mut instrs = Vec::with_capacity(comp.instrs.len());
     for &old in &comp.instrs {
         let mut ins = m.instr(old).clone();
-        ins.name = fresh_name(names, &ins.name);
+        ins.name = fresh_name(&mut fresh.names, &ins.name);
         ins.parent = new_comp;
         ins.shape = Shape::scalar(n);
         ins.operands.iter_mut().for_each(|o| *o = remap[o]);
@@ -1100,6 +1078,6 @@ fn narrow_reducer(
     comp.params = comp.params.iter().map(|p| remap[p]).collect();
     comp.instrs = instrs;
     m.comps.push(comp);
-    reducers.insert((r, n), new_comp);
+    fresh.reducers.insert((r, n), new_comp);
     Some(new_comp)
 }

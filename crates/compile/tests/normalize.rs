@@ -3,30 +3,14 @@
 //! computes is tested in crates/interp/tests/jax_cases.rs, on XLA:CPU's own
 //! programs and their reference outputs.
 
+mod common;
+use common::{checked, parse};
+
 use tpusim_compile::normalize::{
     normalize_layouts, split_tuple_collectives, undo_float_normalization, unfuse,
 };
-use tpusim_compile::{compact, Changed};
-use tpusim_hlo::{parse_module, verify, Module, Opcode, PrimitiveType};
-
-fn parse(text: &str) -> Module {
-    let m = parse_module(text).expect("test module parses");
-    verify(&m).expect("test module verifies");
-    m
-}
-
-fn checked(m: &mut Module, pass: impl FnOnce(&mut Module) -> Changed) -> Changed {
-    let c = pass(m);
-    compact(m);
-    if let Err(e) = verify(m) {
-        panic!(
-            "invalid after pass: {}\n{}",
-            e[0].message,
-            tpusim_hlo::print_module(m)
-        );
-    }
-    c
-}
+use tpusim_compile::Changed;
+use tpusim_hlo::{Module, Opcode, PrimitiveType};
 
 /// Instructions of the entry computation with opcode `op`.
 fn entry_ops(m: &Module, op: Opcode) -> Vec<&tpusim_hlo::Instruction> {

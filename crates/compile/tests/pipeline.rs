@@ -1,18 +1,15 @@
 //! The compile pipeline: each pass on small programs whose result is known,
 //! and the whole pipeline (verifier after every pass) on the corpus.
 
+mod common;
+use common::{checked, parse};
+
 use tpusim_compile::{
-    all_reduce_to_reduce_scatter, combine_collectives, compact, compile, convert_async_collectives,
+    all_reduce_to_reduce_scatter, combine_collectives, compile, convert_async_collectives,
     latency_hiding_schedule, reassociate_all_reduces, Changed, CompileOptions, SchedulerLimits,
 };
 use tpusim_hlo::{parse_module, verify, Module, Opcode};
 use tpusim_perf::LocalOnly;
-
-fn parse(text: &str) -> Module {
-    let m = parse_module(text).expect("test module parses");
-    verify(&m).expect("test module verifies");
-    m
-}
 
 fn count(m: &Module, op: Opcode) -> usize {
     m.comps
@@ -21,19 +18,6 @@ fn count(m: &Module, op: Opcode) -> usize {
         .flat_map(|c| &c.instrs)
         .filter(|&&i| m.instr(i).opcode == op)
         .count()
-}
-
-fn checked(m: &mut Module, pass: impl FnOnce(&mut Module) -> Changed) -> Changed {
-    let c = pass(m);
-    compact(m);
-    if let Err(e) = verify(m) {
-        panic!(
-            "invalid after pass: {}\n{}",
-            e[0].message,
-            tpusim_hlo::print_module(m)
-        );
-    }
-    c
 }
 
 const AR_DS: &str = r#"

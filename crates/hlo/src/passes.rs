@@ -121,33 +121,42 @@ pub struct InlineStats {
 /// calling another twice at every level would otherwise grow exponentially);
 /// calls past that bound stay calls and are counted in `left`.
 pub fn inline_calls(m: &mut Module) -> InlineStats {
-    let mut stats = InlineStats::default();
+    let (inlined, left) = inline_all(m, Opcode::Call, "to_apply");
+    InlineStats { inlined, left }
+}
+
+/// Replaces every `opcode` instruction of the program computations by a copy
+/// of the computation its `attr` names, round by round (nested ones too),
+/// while the module stays within eight times its size plus 100,000
+/// instructions; returns (inlined, left in place by that bound).
+fn inline_all(m: &mut Module, opcode: Opcode, attr: &str) -> (usize, usize) {
+    let (mut inlined, mut left) = (0, 0);
     let bound = m.instrs.len().saturating_mul(8).saturating_add(100_000);
     let mut names: FxHashSet<String> = m.instrs.iter().map(|i| i.name.clone()).collect();
     loop {
-        let calls: Vec<InstrId> = control_computations(m)
+        let sites: Vec<InstrId> = control_computations(m)
             .into_iter()
             .flat_map(|c| m.comp(c).instrs.clone())
-            .filter(|&i| m.instr(i).opcode == Opcode::Call && !has_control_deps(m.instr(i)))
+            .filter(|&i| m.instr(i).opcode == opcode && !has_control_deps(m.instr(i)))
             .collect();
         let mut progressed = false;
-        for call in calls {
-            let Some(callee) = m.instr(call).attr_comp("to_apply") else {
+        for site in sites {
+            let Some(callee) = m.instr(site).attr_comp(attr) else {
                 continue;
             };
-            if m.comp(callee).params.len() != m.instr(call).operands.len() {
+            if m.comp(callee).params.len() != m.instr(site).operands.len() {
                 continue;
             }
             if m.instrs.len().saturating_add(m.comp(callee).instrs.len()) > bound {
-                stats.left += 1;
+                left += 1;
                 continue;
             }
-            inline_one(m, call, callee, &mut names);
-            stats.inlined += 1;
+            inline_one(m, site, callee, &mut names);
+            inlined += 1;
             progressed = true;
         }
         if !progressed {
-            return stats;
+            return (inlined, left);
         }
     }
 }
@@ -170,37 +179,12 @@ pub struct UnfuseStats {
 /// graph a TPU fusion pass can decide on afresh. Bounded like
 /// [`inline_calls`]: at most eight times the module plus 100,000 instructions.
 pub fn inline_fusions(m: &mut Module) -> UnfuseStats {
-    let mut stats = UnfuseStats::default();
-    let bound = m.instrs.len().saturating_mul(8).saturating_add(100_000);
-    let mut names: FxHashSet<String> = m.instrs.iter().map(|i| i.name.clone()).collect();
-    loop {
-        let fusions: Vec<InstrId> = control_computations(m)
-            .into_iter()
-            .flat_map(|c| m.comp(c).instrs.clone())
-            .filter(|&i| m.instr(i).opcode == Opcode::Fusion && !has_control_deps(m.instr(i)))
-            .collect();
-        let mut progressed = false;
-        for fusion in fusions {
-            let Some(callee) = m.instr(fusion).attr_comp("calls") else {
-                continue;
-            };
-            if m.comp(callee).params.len() != m.instr(fusion).operands.len() {
-                continue;
-            }
-            if m.instrs.len().saturating_add(m.comp(callee).instrs.len()) > bound {
-                stats.left += 1;
-                continue;
-            }
-            inline_one(m, fusion, callee, &mut names);
-            stats.unfused += 1;
-            progressed = true;
-        }
-        if !progressed {
-            break;
-        }
+    let (unfused, left) = inline_all(m, Opcode::Fusion, "calls");
+    UnfuseStats {
+        unfused,
+        left,
+        dead_computations: remove_dead_computations(m),
     }
-    stats.dead_computations = remove_dead_computations(m);
-    stats
 }
 
 /// Removes computations nothing reachable from the entry calls (XLA's
