@@ -419,9 +419,15 @@ pub fn undo_float_normalization(m: &mut Module) -> Changed {
 /// the loop, and leaves each iteration widened (or unchanged) is carried in
 /// the narrow type. Returns how many elements changed.
 fn narrow_loop_state(m: &mut Module) -> usize {
+    // Callers among the listed instructions (rewrites leave dead ones in
+    // the arena).
     let mut called: FxHashMap<CompId, usize> = FxHashMap::default();
-    for ins in &m.instrs {
-        for c in ins.called_computations() {
+    for comp in &m.comps {
+        for c in comp
+            .instrs
+            .iter()
+            .flat_map(|&i| m.instr(i).called_computations())
+        {
             *called.entry(c).or_default() += 1;
         }
     }
@@ -829,23 +835,13 @@ impl Graph {
     fn replace_uses(&mut self, m: &mut Module, old: InstrId, new: InstrId) {
         let users = self.users.remove(&old).unwrap_or_default();
         for &u in &users {
-            if u == new {
-                continue;
-            }
             for o in &mut m.instrs[u.index()].operands {
                 if *o == old {
                     *o = new;
                 }
             }
         }
-        let keep: Vec<InstrId> = users.iter().copied().filter(|&u| u == new).collect();
-        if !keep.is_empty() {
-            self.users.insert(old, keep);
-        }
-        self.users
-            .entry(new)
-            .or_default()
-            .extend(users.into_iter().filter(|&u| u != new));
+        self.users.entry(new).or_default().extend(users);
         self.grown.insert(new);
         if m.comp(self.comp).root == old {
             m.comps[self.comp.index()].root = new;

@@ -526,8 +526,10 @@ fn fuse_computation(
             }
             Some(extra) => {
                 stats.multi_output += 1;
-                let first = tuple_element(m, c, fusion, 0, &mut instr_names);
-                let second = tuple_element(m, c, fusion, 1, &mut instr_names);
+                let (root_shape, extra_shape) =
+                    (m.instr(root).shape.clone(), m.instr(extra).shape.clone());
+                let first = tuple_element(m, c, fusion, 0, root_shape, &mut instr_names);
+                let second = tuple_element(m, c, fusion, 1, extra_shape, &mut instr_names);
                 replaced.insert(root, first);
                 replaced.insert(extra, second);
                 placed.insert(root, vec![fusion, first, second]);
@@ -549,12 +551,9 @@ fn tuple_element(
     c: CompId,
     tuple: InstrId,
     index: usize,
+    shape: Shape,
     names: &mut FxHashSet<String>,
 ) -> InstrId {
-    let shape = m.instr(tuple).shape.tuple_elements().map_or_else(
-        || m.instr(tuple).shape.clone(),
-        |t| t.get(index).cloned().unwrap_or_else(|| t[0].clone()),
-    );
     let name = unique(&format!("{}.{index}", m.instr(tuple).name), names);
     push(
         m,
