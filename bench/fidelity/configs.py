@@ -18,6 +18,9 @@ MEASURED = HERE / "measured_dev.json"
 # every system is one slice with ICI data parallelism. Topologies are the v5p slice shapes of
 # those chip counts (assumption: the systems' JSONs name only the chip count).
 GPT3_SEQ = 2048
+# The submission's LIBTPU_INIT_ARGS (gpt3_175b_base.sh of the same MaxText scripts) set
+# --xla_tpu_decompose_all_gather_einsum=true: all-gather + einsum run as collective matmuls.
+GPT3_COMPILER_FLAGS = ("--collective-matmul",)
 GPT3_RUNS = {  # chips: (topology, ici data, ici fsdp, ici tensor, per-device batch, remat policy)
     512: ("8x8x8", 1, 64, 8, 4, "full"),
     1024: ("8x8x16", 8, 16, 8, 2, "save_dot_except_logits_ffn1"),
@@ -36,6 +39,8 @@ class Row:
     causal_attention_flops: bool  # the FLOP formula of the published MFU
     measured_mfu: float | None = None
     measured_tokens_per_s_per_chip: float | None = None
+    # XLA:TPU flags of the run that tpusim models, as `tpusim analyze` flags.
+    compiler_flags: tuple[str, ...] = ()
 
     @property
     def chips(self) -> int:
@@ -90,6 +95,7 @@ def rows() -> list[Row]:
                 run,
                 True,
                 measured_tokens_per_s_per_chip=m["train_tokens_per_s_per_chip"],
+                compiler_flags=GPT3_COMPILER_FLAGS,
             )
         )
     return out

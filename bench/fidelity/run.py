@@ -71,7 +71,7 @@ def analyze(tpusim: str, row: configs.Row, program: str, hlo_gz: pathlib.Path, t
     plain.write_bytes(gzip.decompress(hlo_gz.read_bytes()))
     topology, slices = priced_placement(row, program)
     cmd = [tpusim, "analyze", str(plain), "--chip", row.chip, "--topology", topology,
-           "--slices", str(slices), "--json", *extra]
+           "--slices", str(slices), "--json", *row.compiler_flags, *extra]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0

@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 # Keyword options of `analyze` and `trace` besides `chip` and `topology`.
-_OPTIONS = frozenset({"chip_file", "slices", "network", "device_order", "as_given"})
+_OPTIONS = frozenset({"chip_file", "slices", "network", "device_order", "as_given", "collective_matmul"})
 
 
 def _native_options(what: str, chip: str, topology: Optional[str], options: Dict[str, Any]) -> Dict[str, Any]:
@@ -84,6 +84,8 @@ def _native_options(what: str, chip: str, topology: Optional[str], options: Dict
         "device_order": None if device_order is None else os.fspath(device_order),
         # True: price the module untouched (no TPU compiler passes), as `--as-given`.
         "as_given": bool(options.get("as_given", False)),
+        # True: all-gather + dot pairs run as collective matmuls, as `--collective-matmul`.
+        "collective_matmul": bool(options.get("collective_matmul", False)),
     }
 
 
@@ -112,7 +114,9 @@ def analyze(
     joined over DCN), ``network`` (``"analytic"`` formulas or ``"sim"``, a
     simulation of every link), ``device_order`` (a file placing device ids on the
     torus), ``as_given`` (price the module untouched instead of the program
-    tpusim's TPU compiler passes make of it). Pods that cannot be built raise
+    tpusim's TPU compiler passes make of it), ``collective_matmul`` (decompose
+    each all-gather read by a dot into overlapping chunks, as XLA:TPU's
+    ``--xla_tpu_decompose_all_gather_einsum`` does). Pods that cannot be built raise
     :class:`TopologyError`.
     """
     native = _native_options("analyze", chip, topology, options)

@@ -34,6 +34,7 @@ def analyze_json(
     network: Optional[str] = None,
     device_order: Optional[str] = None,
     as_given: bool = False,
+    collective_matmul: bool = False,
 ) -> str: ...
 def trace_views(
     text: str,
@@ -46,6 +47,7 @@ def trace_views(
     network: Optional[str] = None,
     device_order: Optional[str] = None,
     as_given: bool = False,
+    collective_matmul: bool = False,
     force: bool = False,
     timestamp: bool = False,
 ) -> Tuple[str, str, str]: ...

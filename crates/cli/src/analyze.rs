@@ -37,6 +37,10 @@ pub struct CompileArgs {
     /// Reschedule a module that is already scheduled (is_scheduled=true)
     #[arg(long, conflicts_with = "as_given")]
     reschedule: bool,
+    /// Decompose each all-gather read by a dot into a collective matmul whose
+    /// chunks overlap (XLA:TPU's --xla_tpu_decompose_all_gather_einsum)
+    #[arg(long, conflicts_with = "as_given")]
+    collective_matmul: bool,
 }
 
 impl CompileArgs {
@@ -54,6 +58,7 @@ impl CompileArgs {
         };
         let opts = tpusim_compile::CompileOptions {
             reschedule: self.reschedule,
+            collective_matmul: self.collective_matmul,
             ..Default::default()
         };
         Ok(tpusim_compile::analyze(m, chip, comm, mode, &opts)?)

@@ -20,6 +20,10 @@ pub struct Args {
     /// Reschedule a module that is already scheduled (is_scheduled=true)
     #[arg(long)]
     reschedule: bool,
+    /// Decompose each all-gather read by a dot into a collective matmul whose
+    /// chunks overlap (XLA:TPU's --xla_tpu_decompose_all_gather_einsum)
+    #[arg(long)]
+    collective_matmul: bool,
     #[command(flatten)]
     pod: PodArgs,
 }
@@ -31,6 +35,7 @@ pub fn run(args: &Args) -> Result<bool> {
         reschedule: args.reschedule,
         keep_dumps: args.dump_passes.is_some(),
         verify_each: true,
+        collective_matmul: args.collective_matmul,
     };
     for (k, (m, _)) in modules.iter().enumerate() {
         let pod = args.pod.model(&chip, m)?;

@@ -17,6 +17,7 @@
 
 mod async_collectives;
 mod cleanup;
+mod collective_matmul;
 mod combine;
 pub mod normalize;
 mod reassociate;
@@ -27,6 +28,7 @@ mod util;
 
 pub use async_collectives::convert_async_collectives;
 pub use cleanup::{annotate_trip_counts, compact, dead_code_elimination};
+pub use collective_matmul::decompose_all_gather_dots;
 pub use combine::combine_collectives;
 pub use reassociate::reassociate_all_reduces;
 pub use reduce_scatter::all_reduce_to_reduce_scatter;
@@ -73,6 +75,9 @@ pub struct CompileOptions {
     pub keep_dumps: bool,
     /// Run the verifier after every pass (tests; costs time on big modules).
     pub verify_each: bool,
+    /// Decompose all-gather + dot pairs into collective matmuls (XLA:TPU's
+    /// `xla_tpu_decompose_all_gather_einsum`, off by default as in XLA).
+    pub collective_matmul: bool,
 }
 
 /// One pass's outcome.
@@ -244,6 +249,15 @@ pub fn compile(
             "the chip file has no [compiler] table",
         ),
     }
+    match chip.mxu_dim() {
+        Some(edge) if opts.collective_matmul => p.run("collective-matmul", |m| {
+            decompose_all_gather_dots(m, i64::from(edge))
+        })?,
+        None if opts.collective_matmul => {
+            p.skip("collective-matmul", "the chip has no MXU (not a TPU)")
+        }
+        _ => {}
+    }
     p.run("transpose-folding", fold_transposes_into_dots)?;
     if unfused {
         p.run("tpu-fusion", |m| {
@@ -263,12 +277,29 @@ pub fn compile(
             .compiler
             .as_ref()
             .map_or(1, |c| c.collective_overlap_limit),
-        memory_limit_bytes: chip.memory.hbm_bytes,
+        // The scheduler counts the buffers the program allocates; the entry
+        // parameters (weights, optimizer state, the batch) already hold
+        // their share of HBM.
+        memory_limit_bytes: chip
+            .memory
+            .hbm_bytes
+            .saturating_sub(entry_parameter_bytes(p.m)),
     };
     p.run("latency-hiding-scheduler", |m| {
         latency_hiding_schedule(m, chip, comm, &limits)
     })?;
     Ok(p.report)
+}
+
+/// Bytes of the entry computation's parameters (resident for the whole step).
+fn entry_parameter_bytes(m: &Module) -> u64 {
+    m.entry()
+        .instrs
+        .iter()
+        .map(|&i| m.instr(i))
+        .filter(|i| i.opcode == tpusim_hlo::Opcode::Parameter)
+        .map(|i| i.shape.byte_size())
+        .fold(0, u64::saturating_add)
 }
 
 /// Whether a computation runs a collective synchronously.

@@ -2,19 +2,38 @@
 //! (`dynamic-slice` at an offset computed from `partition-id`/`replica-id`)
 //! becomes a `reduce-scatter` (XLA's ReduceScatterCreator): each device
 //! receives only its shard, so the collective moves `1/n` of the bytes.
+//!
+//! A slice separated from its all-reduce by element-wise ops and reshapes
+//! that nothing else reads (the dequantization of an int8 dot's partial
+//! sums, a convert to bf16) is first moved above them: slicing commutes with
+//! element-wise ops (their other operands are sliced alike) and with a
+//! reshape that keeps the sliced dimension whole, so the rewrite is exact and
+//! the ops then run on the shard only.
 
-use crate::util::{control_computations, group_size, replace_uses, sort_attrs, users};
+use crate::util::{
+    all_names, control_computations, fresh_name, group_size, push_instr, replace_uses, sort_attrs,
+    topo_sort, users,
+};
 use crate::Changed;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::literal::{Literal, LiteralData};
-use tpusim_hlo::{Attr, AttrValue, InstrId, Instruction, Module, Opcode};
+use tpusim_hlo::{
+    Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode, PrimitiveType, Shape,
+};
 
 /// How far up an offset's operands the pass looks for the device id.
 const MAX_OFFSET_DEPTH: u32 = 12;
 
+/// How many element-wise ops and reshapes a slice is moved above to reach
+/// its all-reduce.
+const MAX_SINK_DEPTH: usize = 8;
+
 /// Rewrites every matching all-reduce + dynamic-slice pair; returns how many.
 pub fn all_reduce_to_reduce_scatter(m: &mut Module) -> Changed {
     let mut rewritten = 0;
+    let mut sunk = 0;
     for c in control_computations(m) {
+        sunk += sink_slices_to_all_reduces(m, c);
         let uses = users(m, c);
         let mut pairs = Vec::new();
         for &ds in &m.comp(c).instrs {
@@ -43,8 +62,209 @@ pub fn all_reduce_to_reduce_scatter(m: &mut Module) -> Changed {
         }
     }
     Changed::count(rewritten, |n| {
-        format!("{n} all-reduce + dynamic-slice → reduce-scatter")
+        let moved = if sunk > 0 {
+            format!(" ({sunk} slices first moved above the element-wise ops between them)")
+        } else {
+            String::new()
+        };
+        format!("{n} all-reduce + dynamic-slice → reduce-scatter{moved}")
     })
+}
+
+/// A dynamic-slice that takes `size` elements of dimension `dim` at
+/// `offset` and all of every other dimension (at constant zero offsets).
+#[derive(Clone, Copy)]
+struct OneDimSlice {
+    dim: usize,
+    size: i64,
+    offset: InstrId,
+    zero: InstrId,
+}
+
+fn one_dim_slice(m: &Module, ds: InstrId) -> Option<OneDimSlice> {
+    let ins = m.instr(ds);
+    let full = m.instr(*ins.operands.first()?).shape.dims();
+    let sizes = ins.attr_ints("dynamic_slice_sizes")?;
+    let offsets = &ins.operands[1..];
+    if sizes.len() != full.len() || offsets.len() != full.len() {
+        return None;
+    }
+    let mut sliced = None;
+    let mut zero = None;
+    for (d, (&size, &dim)) in sizes.iter().zip(full).enumerate() {
+        if size == dim && is_zero(m.instr(offsets[d])) {
+            zero = Some(offsets[d]);
+            continue;
+        }
+        if sliced.is_some() {
+            return None;
+        }
+        sliced = Some((d, size, offsets[d]));
+    }
+    let (dim, size, offset) = sliced?;
+    Some(OneDimSlice {
+        dim,
+        size,
+        offset,
+        zero: zero?,
+    })
+}
+
+/// The slice of `op`'s operand `from` that equals slicing `op`'s result with
+/// `s`, when `op` is element-wise or a reshape keeping dimension `s.dim` whole.
+fn slice_through(m: &Module, op: InstrId, from: InstrId, s: OneDimSlice) -> Option<OneDimSlice> {
+    let ins = m.instr(op);
+    if ins.opcode.is_elementwise() {
+        return (m.instr(from).shape.dims() == ins.shape.dims()).then_some(s);
+    }
+    if ins.opcode != Opcode::Reshape {
+        return None;
+    }
+    let out = ins.shape.dims();
+    let inp = m.instr(from).shape.dims();
+    let before: i64 = out[..s.dim].iter().product();
+    let mut acc = 1i64;
+    for (e, &d) in inp.iter().enumerate() {
+        if acc == before && d == out[s.dim] {
+            return Some(OneDimSlice { dim: e, ..s });
+        }
+        acc = acc.checked_mul(d)?;
+    }
+    None
+}
+
+/// Ops from a dynamic-slice's operand up to (not including) an all-reduce
+/// that only this chain reads, each read only by the next: `(op, operand
+/// on the path, slice of that operand)`.
+type SinkPath = Vec<(InstrId, InstrId, OneDimSlice)>;
+
+fn path_to_all_reduce(
+    m: &Module,
+    c: CompId,
+    uses: &FxHashMap<InstrId, Vec<InstrId>>,
+    ds: InstrId,
+) -> Option<(SinkPath, InstrId, OneDimSlice)> {
+    let single_use = |i: InstrId| m.comp(c).root != i && uses.get(&i).is_some_and(|u| u.len() == 1);
+    let mut s = one_dim_slice(m, ds)?;
+    let mut cur = m.instr(ds).operands[0];
+    let mut path = Vec::new();
+    for _ in 0..MAX_SINK_DEPTH {
+        if !single_use(cur) {
+            return None;
+        }
+        if m.instr(cur).opcode == Opcode::AllReduce {
+            return (!path.is_empty()).then_some((path, cur, s));
+        }
+        let ins = m.instr(cur);
+        let next =
+            ins.operands.iter().copied().find(|&o| {
+                single_use(o) && reaches_all_reduce(m, o, MAX_SINK_DEPTH - path.len())
+            })?;
+        let below = slice_through(m, cur, next, s)?;
+        path.push((cur, next, s));
+        s = below;
+        cur = next;
+    }
+    None
+}
+
+fn reaches_all_reduce(m: &Module, id: InstrId, depth: usize) -> bool {
+    let ins = m.instr(id);
+    ins.opcode == Opcode::AllReduce
+        || (depth > 0
+            && (ins.opcode.is_elementwise() || ins.opcode == Opcode::Reshape)
+            && ins
+                .operands
+                .iter()
+                .any(|&o| reaches_all_reduce(m, o, depth - 1)))
+}
+
+/// Moves every dynamic-slice that reaches an all-reduce through element-wise
+/// ops and reshapes above them, so it reads the all-reduce directly.
+fn sink_slices_to_all_reduces(m: &mut Module, c: CompId) -> usize {
+    let uses = users(m, c);
+    let slices: Vec<InstrId> = m
+        .comp(c)
+        .instrs
+        .iter()
+        .copied()
+        .filter(|&i| m.instr(i).opcode == Opcode::DynamicSlice)
+        .collect();
+    let mut names = all_names(m);
+    let mut sunk = 0;
+    for ds in slices {
+        let Some((path, ar, top)) = path_to_all_reduce(m, c, &uses, ds) else {
+            continue;
+        };
+        let mut below = slice_instr(m, &mut names, ds, ar, top);
+        let mut added = vec![below];
+        for &(op, on_path, s) in path.iter().rev() {
+            let ins = m.instr(op).clone();
+            let mut operands = Vec::with_capacity(ins.operands.len());
+            for &o in &ins.operands {
+                if o == on_path {
+                    operands.push(below);
+                } else {
+                    let sliced = slice_instr(m, &mut names, ds, o, s);
+                    added.push(sliced);
+                    operands.push(sliced);
+                }
+            }
+            let mut dims = ins.shape.dims().to_vec();
+            dims[s.dim] = s.size;
+            let ty = ins.shape.element_type().unwrap_or(PrimitiveType::F32);
+            below = push_instr(
+                m,
+                Instruction {
+                    shape: Shape::array(ty, dims),
+                    operands,
+                    name: fresh_name(&mut names, &format!("{}.shard", ins.name)),
+                    ..ins
+                },
+            );
+            added.push(below);
+        }
+        m.comps[c.index()].instrs.extend(added);
+        replace_uses(m, c, ds, below);
+        let chain: Vec<InstrId> = path.iter().map(|p| p.0).chain([ds]).collect();
+        m.comps[c.index()].instrs.retain(|i| !chain.contains(i));
+        topo_sort(m, c);
+        sunk += 1;
+    }
+    sunk
+}
+
+/// A dynamic-slice of `of` described by `s`, named and placed like `like`.
+fn slice_instr(
+    m: &mut Module,
+    names: &mut FxHashSet<String>,
+    like: InstrId,
+    of: InstrId,
+    s: OneDimSlice,
+) -> InstrId {
+    let src = m.instr(of);
+    let rank = src.shape.rank();
+    let mut sizes = src.shape.dims().to_vec();
+    sizes[s.dim] = s.size;
+    let ty = src.shape.element_type().unwrap_or(PrimitiveType::F32);
+    let mut operands = vec![of];
+    operands.extend((0..rank).map(|d| if d == s.dim { s.offset } else { s.zero }));
+    let l = m.instr(like);
+    let ins = Instruction {
+        name: fresh_name(names, &l.name),
+        opcode: Opcode::DynamicSlice,
+        shape: Shape::array(ty, sizes.clone()),
+        operands,
+        attrs: vec![Attr {
+            name: "dynamic_slice_sizes".into(),
+            value: AttrValue::Ints(sizes),
+        }],
+        parent: l.parent,
+        parameter_number: None,
+        literal: None,
+        async_sugar: None,
+    };
+    push_instr(m, ins)
 }
 
 /// The dimension `ds` slices out of all-reduce `ar` when it takes exactly this
@@ -127,5 +347,5 @@ fn reduce_scatter_for(m: &mut Module, ar: InstrId, ds: InstrId, dim: usize) -> I
     };
     // The slice's name is taken over; rename the dead slice so names stay unique.
     m.instrs[ds.index()].name = format!("{}.sliced", d.name);
-    crate::util::push_instr(m, rs)
+    push_instr(m, rs)
 }

@@ -4,8 +4,12 @@
 //! it transfers (XLA's LatencyHidingScheduler, top-down). Limits, as XLA's:
 //! - at most `collective_overlap_limit` collectives of one kind in flight;
 //! - a start is issued early only while the bytes live (estimated along the
-//!   schedule) plus its result stay under the memory limit (the chip's HBM);
-//!   otherwise it waits until nothing else can run.
+//!   schedule) plus its result stay under the memory limit (the chip's HBM
+//!   less the entry parameters; in a loop body or callee, less also what its
+//!   caller holds live where it calls it); otherwise it waits until nothing
+//!   else can run;
+//! - of the starts that may issue, the one whose result the program needs
+//!   first goes first.
 //!
 //! Compute keeps its original relative order; a `-done` is placed when the
 //! original order reaches its first user, or earlier when its transfer is
@@ -34,8 +38,19 @@ pub fn latency_hiding_schedule(
     limits: &SchedulerLimits,
 ) -> Changed {
     let mut moved = 0;
-    for c in control_computations(m) {
-        let order = schedule_computation(m, c, chip, comm, limits);
+    // Callers first: a loop body or callee gets the memory its caller left
+    // free where it calls it.
+    let mut budget: FxHashMap<CompId, u64> = FxHashMap::default();
+    for c in callers_first(m) {
+        let limit = budget.get(&c).copied().unwrap_or(limits.memory_limit_bytes);
+        let (order, calls) = schedule_computation(m, c, chip, comm, limits.overlap_limit, limit);
+        for (callee, live) in calls {
+            let left = limit.saturating_sub(live);
+            budget
+                .entry(callee)
+                .and_modify(|b| *b = (*b).min(left))
+                .or_insert(left);
+        }
         let comp = &mut m.comps[c.index()];
         if order.len() == comp.instrs.len() && order != comp.instrs {
             moved += 1;
@@ -44,6 +59,51 @@ pub fn latency_hiding_schedule(
     }
     m.config.is_scheduled = Some(true);
     Changed::count(moved, |n| format!("{n} computations rescheduled"))
+}
+
+/// Control computations, each after every computation that calls it (the
+/// rest, unreachable from the entry, last).
+fn callers_first(m: &Module) -> Vec<CompId> {
+    let all = control_computations(m);
+    let mut seen: rustc_hash::FxHashSet<CompId> = rustc_hash::FxHashSet::default();
+    let mut order = vec![m.entry];
+    seen.insert(m.entry);
+    let mut k = 0;
+    while k < order.len() {
+        let c = order[k];
+        k += 1;
+        for callee in m.comp(c).instrs.iter().flat_map(|&i| callees(m, i)) {
+            if seen.insert(callee) {
+                order.push(callee);
+            }
+        }
+    }
+    let control: rustc_hash::FxHashSet<CompId> = all.iter().copied().collect();
+    order.retain(|c| control.contains(c));
+    order.extend(all.into_iter().filter(|c| !seen.contains(c)));
+    order
+}
+
+/// Computations `i` runs as programs (loop body and condition, call target,
+/// branches).
+fn callees(m: &Module, i: InstrId) -> Vec<CompId> {
+    let ins = m.instr(i);
+    ins.attrs
+        .iter()
+        .filter(|a| {
+            matches!(
+                (ins.opcode, a.name.as_ref()),
+                (Opcode::While, "condition" | "body")
+                    | (Opcode::Call, "to_apply")
+                    | (Opcode::Conditional, _)
+            )
+        })
+        .flat_map(|a| match &a.value {
+            tpusim_hlo::AttrValue::Comp(c) => vec![*c],
+            tpusim_hlo::AttrValue::Comps(cs) => cs.clone(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -82,6 +142,10 @@ struct Node {
     /// Compute whose results only feed async starts (e.g. the convert of a
     /// weight shard before its all-gather): run as early as a start.
     feeds_start: bool,
+    /// For a start (or compute feeding starts): where the original order
+    /// first needs the collective's result. Of the starts that may issue,
+    /// the one needed first goes first (earliest deadline).
+    deadline: usize,
 }
 
 struct State {
@@ -124,6 +188,7 @@ fn build(m: &Module, c: CompId, chip: &Chip, comm: &dyn CommModel) -> Vec<Node> 
                 preds: Vec::new(),
                 needed_at: usize::MAX,
                 feeds_start: false,
+                deadline: usize::MAX,
             }
         })
         .collect();
@@ -165,6 +230,21 @@ fn build(m: &Module, c: CompId, chip: &Chip, comm: &dyn CommModel) -> Vec<Node> 
                 .iter()
                 .all(|&u| matches!(nodes[u].role, Role::Start(_)) || nodes[u].feeds_start);
         nodes[k].feeds_start = feeds;
+        nodes[k].deadline = match nodes[k].role {
+            Role::Start(_) => nodes[k]
+                .succs
+                .iter()
+                .map(|&u| nodes[u].needed_at)
+                .min()
+                .unwrap_or(usize::MAX),
+            _ if feeds => nodes[k]
+                .succs
+                .iter()
+                .map(|&u| nodes[u].deadline)
+                .min()
+                .unwrap_or(usize::MAX),
+            _ => usize::MAX,
+        };
     }
     nodes
 }
@@ -183,13 +263,20 @@ fn allocates(op: Opcode) -> bool {
     )
 }
 
+/// The computation's new order, and for each computation it calls, the
+/// bytes live (by the schedule's estimate) where it is called.
 fn schedule_computation(
     m: &Module,
     c: CompId,
     chip: &Chip,
     comm: &dyn CommModel,
-    limits: &SchedulerLimits,
-) -> Vec<InstrId> {
+    overlap_limit: u32,
+    memory_limit_bytes: u64,
+) -> (Vec<InstrId>, Vec<(CompId, u64)>) {
+    let limits = &SchedulerLimits {
+        overlap_limit,
+        memory_limit_bytes,
+    };
     let nodes = build(m, c, chip, comm);
     let n = nodes.len();
     let mut st = State {
@@ -217,12 +304,18 @@ fn schedule_computation(
         }
     }
     let mut out = Vec::with_capacity(n);
+    let mut calls = Vec::new();
     while out.len() < n {
         let Some(k) = pick(&nodes, &st, limits, &mut starts, &mut compute, &mut dones) else {
             break;
         };
         out.push(nodes[k].id);
         issue(&nodes, &mut st, k);
+        calls.extend(
+            callees(m, nodes[k].id)
+                .into_iter()
+                .map(|callee| (callee, st.live)),
+        );
         for &s in &nodes[k].succs {
             st.indeg[s] -= 1;
             if st.indeg[s] == 0 {
@@ -232,9 +325,9 @@ fn schedule_computation(
     }
     if out.len() < n {
         // A cycle (invalid input): keep the original order.
-        return m.comp(c).instrs.clone();
+        return (m.comp(c).instrs.clone(), calls);
     }
-    out
+    (out, calls)
 }
 
 /// The next node to schedule, removed from its ready set.
@@ -253,10 +346,11 @@ fn pick(
         Role::Start(f) => slot_free(f),
         _ => true,
     };
-    if let Some(&Reverse(k)) = starts
+    if let Some(k) = starts
         .iter()
-        .filter(|&&Reverse(k)| issuable(k) && fits(k))
-        .min()
+        .map(|r| r.0)
+        .filter(|&k| issuable(k) && fits(k))
+        .min_by_key(|&k| (nodes[k].deadline, k))
     {
         remove_heap(starts, k);
         return Some(k);
@@ -290,11 +384,7 @@ fn pick(
     }
     // 3. Compute in original order; starts (and their feeders) held back by
     //    the memory limit or a busy slot take their original place too.
-    let held = starts
-        .iter()
-        .filter(|&&Reverse(k)| issuable(k))
-        .min()
-        .map(|r| r.0);
+    let held = starts.iter().map(|r| r.0).filter(|&k| issuable(k)).min();
     match (compute.peek().map(|r| r.0), held) {
         (Some(c), Some(h)) if h < c => {
             remove_heap(starts, h);

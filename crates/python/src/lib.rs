@@ -66,6 +66,7 @@ fn compiled_analysis(
     chip: &tpusim_arch::Chip,
     comm: &dyn tpusim_perf::CommModel,
     as_given: bool,
+    collective_matmul: bool,
 ) -> Result<(tpusim_compile::Prepared, tpusim_perf::Analysis), BindError> {
     let mode = if as_given {
         tpusim_compile::Mode::AsGiven
@@ -77,7 +78,10 @@ fn compiled_analysis(
         chip,
         comm,
         mode,
-        &tpusim_compile::CompileOptions::default(),
+        &tpusim_compile::CompileOptions {
+            collective_matmul,
+            ..Default::default()
+        },
     )?)
 }
 
@@ -93,6 +97,7 @@ fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, BindErr
 #[pyo3(signature = (
     text, name, chip_id=None, chip_file=None,
     topology=None, slices=1, network=None, device_order=None, as_given=false,
+    collective_matmul=false,
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `tpusim.analyze`
 fn analyze_json(
@@ -106,6 +111,7 @@ fn analyze_json(
     network: Option<String>,
     device_order: Option<String>,
     as_given: bool,
+    collective_matmul: bool,
 ) -> PyResult<String> {
     let pod_args = PodArgs {
         topology,
@@ -118,7 +124,8 @@ fn analyze_json(
         let module = load::one_module(&name, &text, "analyze")?;
         let (module, note) = load::partition_if_needed(module)?;
         let pod = pod_args.model(&chip, &module)?;
-        let (_, mut analysis) = compiled_analysis(&module, &chip, pod::comm(&pod), as_given)?;
+        let (_, mut analysis) =
+            compiled_analysis(&module, &chip, pod::comm(&pod), as_given, collective_matmul)?;
         analysis.assumptions.splice(0..0, note);
         to_json(&analysis, "analysis")
     })?)
@@ -131,7 +138,7 @@ fn analyze_json(
 #[pyo3(signature = (
     text, name, dir, chip_id=None, chip_file=None,
     topology=None, slices=1, network=None, device_order=None, as_given=false,
-    force=false, timestamp=false,
+    collective_matmul=false, force=false, timestamp=false,
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `tpusim.trace`
 fn trace_views(
@@ -146,6 +153,7 @@ fn trace_views(
     network: Option<String>,
     device_order: Option<String>,
     as_given: bool,
+    collective_matmul: bool,
     force: bool,
     timestamp: bool,
 ) -> PyResult<(String, String, String)> {
@@ -161,7 +169,8 @@ fn trace_views(
         let (module, note) = load::partition_if_needed(module)?;
         let pod = pod_args.model(&chip, &module)?;
         let comm = pod::comm(&pod);
-        let (prepared, mut analysis) = compiled_analysis(&module, &chip, comm, as_given)?;
+        let (prepared, mut analysis) =
+            compiled_analysis(&module, &chip, comm, as_given, collective_matmul)?;
         analysis.assumptions.splice(0..0, note);
         let opts = tpusim_views::ViewsOptions {
             generator: format!("tpusim {} (Python)", env!("CARGO_PKG_VERSION")),

@@ -1,0 +1,240 @@
+//! The TPU compiler's collective rewrites are exact: on simulated devices the
+//! interpreter computes the same arrays, bit for bit, before and after
+//! reduce-scatter creation through element-wise ops (crates/compile/src/
+//! reduce_scatter.rs) and the collective-matmul decomposition
+//! (crates/compile/src/collective_matmul.rs).
+
+use tpusim_compile::{all_reduce_to_reduce_scatter, compact, decompose_all_gather_dots, Changed};
+use tpusim_hlo::{Module, Opcode, PrimitiveType};
+use tpusim_interp::{execute_devices, Array, Value};
+
+fn parse(text: &str) -> Module {
+    let m = tpusim_hlo::parse_module(text).unwrap_or_else(|e| panic!("{e:?}"));
+    tpusim_hlo::verify(&m).expect("test module verifies");
+    m
+}
+
+/// Device `d`'s arguments: small integers (exact in every float type),
+/// different on every device and element.
+fn args(m: &Module, devices: usize) -> Vec<Vec<Value>> {
+    (0..devices)
+        .map(|d| {
+            m.entry_parameter_shapes()
+                .iter()
+                .enumerate()
+                .map(|(p, s)| {
+                    let dims: Vec<usize> = s.dims().iter().map(|&x| x as usize).collect();
+                    let n: usize = dims.iter().product();
+                    let v: Vec<f64> = (0..n)
+                        .map(|i| ((i * 7 + d * 13 + p * 5) % 11) as f64 - 5.0)
+                        .collect();
+                    let ty = s.element_type().unwrap_or(PrimitiveType::F32);
+                    Value::Array(Array::from_f64s(ty, dims, &v))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn outputs(m: &Module, devices: usize) -> Vec<Vec<Vec<f64>>> {
+    execute_devices(m, args(m, devices), u64::MAX)
+        .unwrap_or_else(|e| panic!("{e}\n{}", tpusim_hlo::print_module(m)))
+        .into_iter()
+        .map(|leaves| {
+            leaves
+                .iter()
+                .map(|v| v.as_array().expect("array result").to_f64s())
+                .collect()
+        })
+        .collect()
+}
+
+fn count(m: &Module, op: Opcode) -> usize {
+    m.comps
+        .iter()
+        .flat_map(|c| &c.instrs)
+        .filter(|&&i| m.instr(i).opcode == op)
+        .count()
+}
+
+/// Runs `pass` on `text`, checks it changed the module and left it valid,
+/// and that every device computes the same results as before.
+fn same_results(text: &str, devices: usize, pass: impl FnOnce(&mut Module) -> Changed) -> Module {
+    let before = parse(text);
+    let mut after = before.clone();
+    let changed = pass(&mut after);
+    compact(&mut after);
+    assert!(matches!(changed, Changed::Yes(_)), "{changed:?}");
+    if let Err(e) = tpusim_hlo::verify(&after) {
+        panic!("{}\n{}", e[0].message, tpusim_hlo::print_module(&after));
+    }
+    assert_eq!(
+        outputs(&before, devices),
+        outputs(&after, devices),
+        "{}",
+        tpusim_hlo::print_module(&after)
+    );
+    after
+}
+
+/// An int8 dot's partial sums, all-reduced, dequantized, narrowed and
+/// reshaped before the device takes its shard (AQT's int8 training).
+const DEQUANTIZED_SHARD: &str = r#"
+HloModule dequantized_shard, num_partitions=4
+
+add {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}
+
+ENTRY main {
+  x = s8[8,6] parameter(0)
+  w = s8[6,16] parameter(1)
+  scale = f32[16] parameter(2)
+  partial = s32[8,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ar = s32[8,16] all-reduce(partial), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  wide = f32[8,16] convert(ar)
+  s = f32[8,16] broadcast(scale), dimensions={1}
+  scaled = f32[8,16] multiply(wide, s)
+  narrow = bf16[8,16] convert(scaled)
+  split = bf16[2,4,16] reshape(narrow)
+  pid = u32[] partition-id()
+  table = s32[4] constant({0, 4, 8, 12})
+  off = s32[1] dynamic-slice(table, pid), dynamic_slice_sizes={1}
+  o = s32[] reshape(off)
+  zero = s32[] constant(0)
+  ROOT shard = bf16[2,4,4] dynamic-slice(split, zero, zero, o), dynamic_slice_sizes={2,4,4}
+}
+"#;
+
+#[test]
+fn reduce_scatter_through_dequantization_computes_the_same_shard() {
+    let m = same_results(DEQUANTIZED_SHARD, 4, all_reduce_to_reduce_scatter);
+    assert_eq!(count(&m, Opcode::ReduceScatter), 1);
+    assert_eq!(count(&m, Opcode::AllReduce), 0);
+    let rs = m
+        .instrs
+        .iter()
+        .find(|i| i.opcode == Opcode::ReduceScatter)
+        .expect("reduce-scatter");
+    assert_eq!(rs.shape.dims(), &[8, 4], "the shard of the partial sums");
+    assert_eq!(rs.attr_ints("dimensions"), Some(&[1i64][..]));
+}
+
+#[test]
+fn all_reduce_read_beyond_its_shard_is_kept() {
+    // The narrowed value is also read whole: the all-reduce must stay.
+    let text = DEQUANTIZED_SHARD
+        .replace(
+            "ROOT shard = bf16[2,4,4]",
+            "shard = bf16[2,4,4]",
+        )
+        .replace(
+            "dynamic_slice_sizes={2,4,4}\n}",
+            "dynamic_slice_sizes={2,4,4}\n  ROOT t = (bf16[2,4,4], bf16[8,16]) tuple(shard, narrow)\n}",
+        );
+    let mut m = parse(&text);
+    assert_eq!(all_reduce_to_reduce_scatter(&mut m), Changed::No);
+}
+
+/// A gathered activation feeding a dot along a free dimension it is not
+/// gathered on (the QKV projection of a layer with its embedding sharded).
+const GATHERED_LHS: &str = r#"
+HloModule gathered_lhs, num_partitions=4
+
+ENTRY main {
+  x = f32[8,3] parameter(0)
+  w = f32[12,5] parameter(1)
+  ag = f32[8,12] all-gather(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={1}, use_global_device_ids=true
+  d = f32[8,5] dot(ag, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[8,5] tanh(d)
+}
+"#;
+
+#[test]
+fn collective_matmul_of_a_gathered_lhs_computes_the_same_product() {
+    let m = same_results(GATHERED_LHS, 4, |m| decompose_all_gather_dots(m, 1));
+    assert_eq!(count(&m, Opcode::AllGather), 4, "one gather per chunk");
+    assert_eq!(count(&m, Opcode::Dot), 4);
+    // The chunks are issued in a pipeline: each gather before the previous
+    // chunk's dot.
+    let order: Vec<Opcode> = m
+        .entry()
+        .instrs
+        .iter()
+        .map(|&i| m.instr(i).opcode)
+        .filter(|op| matches!(op, Opcode::AllGather | Opcode::Dot))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            Opcode::AllGather,
+            Opcode::AllGather,
+            Opcode::Dot,
+            Opcode::AllGather,
+            Opcode::Dot,
+            Opcode::AllGather,
+            Opcode::Dot,
+            Opcode::Dot
+        ]
+    );
+}
+
+#[test]
+fn collective_matmul_of_a_gathered_rhs_with_two_free_dimensions() {
+    // The rhs is gathered on its last free dimension and split on the other,
+    // which lands after the lhs's free dimension in the result.
+    let text = r#"
+HloModule gathered_rhs, num_partitions=4
+
+ENTRY main {
+  w = f32[6,10] parameter(0)
+  x = f32[10,8,2] parameter(1)
+  ag = f32[10,8,8] all-gather(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={2}, use_global_device_ids=true
+  ROOT d = f32[6,8,8] dot(w, ag), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"#;
+    same_results(text, 4, |m| decompose_all_gather_dots(m, 1));
+}
+
+#[test]
+fn collective_matmul_with_batch_dimensions() {
+    let text = r#"
+HloModule batched, num_partitions=2
+
+ENTRY main {
+  x = f32[3,4,5] parameter(0)
+  w = f32[3,10,7] parameter(1)
+  ag = f32[3,4,10] all-gather(x), channel_id=1, replica_groups={{0,1}}, dimensions={2}, use_global_device_ids=true
+  ROOT d = f32[3,4,7] dot(ag, w), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+}
+"#;
+    same_results(text, 2, |m| decompose_all_gather_dots(m, 1));
+}
+
+#[test]
+fn collective_matmul_decomposes_one_of_two_gathered_operands() {
+    // Both operands are gathered; only the larger is decomposed.
+    let text = r#"
+HloModule both, num_partitions=4
+
+ENTRY main {
+  x = f32[16,3] parameter(0)
+  v = f32[3,4] parameter(1)
+  ag = f32[16,12] all-gather(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={1}, use_global_device_ids=true
+  wg = f32[12,4] all-gather(v), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  ROOT d = f32[16,4] dot(ag, wg), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"#;
+    let m = same_results(text, 4, |m| decompose_all_gather_dots(m, 1));
+    assert_eq!(count(&m, Opcode::AllGather), 5, "4 chunks of x, v whole");
+}
+
+#[test]
+fn collective_matmul_keeps_chunks_of_at_least_the_minimum() {
+    // 8 rows over 4 devices are chunks of 2: below a minimum of 4, nothing
+    // is decomposed.
+    let mut m = parse(GATHERED_LHS);
+    assert_eq!(decompose_all_gather_dots(&mut m, 4), Changed::No);
+}
