@@ -173,6 +173,84 @@ fn a_custom_call_without_an_estimate_is_an_assumption_not_a_silent_zero() {
     );
 }
 
+/// The backward kernels of JAX's Pallas flash attention: q, k, v, the
+/// forward's statistics, do and di in; dq, or (dk, dv), out; no estimate.
+const FLASH_BACKWARD: &str = r#"HloModule fb
+
+ENTRY e {
+  q = bf16[2,8,512,128] parameter(0)
+  k = bf16[2,4,1024,128] parameter(1)
+  v = bf16[2,4,1024,128] parameter(2)
+  l = f32[2,8,512,128] parameter(3)
+  m = f32[2,8,512,128] parameter(4)
+  do = bf16[2,8,512,128] parameter(5)
+  di = f32[2,8,512,128] parameter(6)
+  dq = bf16[2,8,512,128] custom-call(q, k, v, l, m, do, di), custom_call_target="tpu_custom_call", backend_config={"custom_call_config": {"body": "xyz"}}
+  dkv = (bf16[2,4,1024,128], bf16[2,4,1024,128]) custom-call(q, k, v, l, m, do, di), custom_call_target="tpu_custom_call", backend_config={"custom_call_config": {"body": "xyz"}}
+  dk = bf16[2,4,1024,128] get-tuple-element(dkv), index=0
+  ROOT t = (bf16[2,8,512,128], bf16[2,4,1024,128]) tuple(dq, dk)
+}
+"#;
+
+#[test]
+fn flash_attention_backward_kernels_are_recognized_from_their_shapes() {
+    let m = module(FLASH_BACKWARD);
+    let by_name = |n: &str| {
+        let id = tpusim_hlo::InstrId(m.instrs.iter().position(|i| i.name == n).unwrap() as u32);
+        tpusim_perf::tensorcore::attention_backward(&m, id)
+    };
+    // Scores: batch 2 x 8 query heads x 512 queries x 1024 keys.
+    let scores = 2.0 * 8.0 * 512.0 * 1024.0;
+    let dq = by_name("dq").expect("dq kernel");
+    assert_eq!((dq.name, dq.matmuls), ("dq", 3));
+    assert_eq!(dq.flops, 2.0 * 3.0 * scores * 128.0);
+    assert_eq!(dq.transcendentals, scores);
+    let dkv = by_name("dkv").expect("dkv kernel");
+    assert_eq!((dkv.name, dkv.matmuls), ("dkv", 4));
+    assert_eq!(dkv.flops, 2.0 * 4.0 * scores * 128.0);
+    let chip = by_id("v4").unwrap();
+    let a = analyze(&m, &chip);
+    let said = a.assumptions.join("\n");
+    assert!(
+        said.contains("flash attention backward kernel (dq"),
+        "{said}"
+    );
+    assert!(
+        said.contains("flash attention backward kernel (dkv"),
+        "{said}"
+    );
+    // Priced as MXU work, not as traffic only.
+    let dkv_id = tpusim_hlo::InstrId(m.instrs.iter().position(|i| i.name == "dkv").unwrap() as u32);
+    let t = op_time_in(&m, &chip, dkv_id, TimingContext::default());
+    assert!(t.mxu_s >= dkv.flops / chip.matmul.bf16_flops_per_s, "{t:?}");
+    assert_eq!(t.flops, dkv.flops, "counted in the step's flops");
+}
+
+#[test]
+fn a_custom_call_shaped_otherwise_is_not_taken_for_attention() {
+    // Same operands, but a result that is neither dq nor (dk, dv).
+    let text = FLASH_BACKWARD
+        .replace(
+            "dq = bf16[2,8,512,128] custom-call",
+            "dq = bf16[2,8,512,64] custom-call",
+        )
+        .replace(
+            "(bf16[2,8,512,128], bf16[2,4,1024,128]) tuple",
+            "(bf16[2,8,512,64], bf16[2,4,1024,128]) tuple",
+        );
+    let m = module(&text);
+    let id = tpusim_hlo::InstrId(m.instrs.iter().position(|i| i.name == "dq").unwrap() as u32);
+    assert_eq!(tpusim_perf::tensorcore::attention_backward(&m, id), None);
+    let a = analyze(&m, &by_id("v4").unwrap());
+    assert!(
+        a.assumptions
+            .iter()
+            .any(|s| s.contains("custom call dq") && s.contains("compute unknown")),
+        "{:?}",
+        a.assumptions
+    );
+}
+
 #[test]
 fn explain_names_tiles_cycles_dma_and_the_bound() {
     let m = module(&dot(4096, 4096, 4096));
