@@ -25,7 +25,7 @@ use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode, 
 /// pass).
 pub fn decompose_all_gather_dots(m: &mut Module, min_chunk: i64) -> Changed {
     let mut names = all_names(m);
-    let mut next_channel = max_channel_id(m) + 1;
+    let mut next_channel = crate::util::max_channel_id(m) + 1;
     let mut decomposed = 0;
     let mut chunks = 0;
     for c in control_computations(m) {
@@ -255,15 +255,4 @@ fn slice_attr(shape: &Shape, dim: usize, start: i64, size: i64) -> Attr {
         name: "slice".into(),
         value: AttrValue::Slice(ranges),
     }
-}
-
-fn max_channel_id(m: &Module) -> i64 {
-    m.instrs
-        .iter()
-        .filter_map(|i| match i.attr("channel_id") {
-            Some(AttrValue::Int(v)) => Some(*v),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
 }

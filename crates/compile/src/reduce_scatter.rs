@@ -28,12 +28,25 @@ const MAX_OFFSET_DEPTH: u32 = 12;
 /// its all-reduce.
 const MAX_SINK_DEPTH: usize = 8;
 
+/// Rounds of slice moving per computation.
+const MAX_SINK_ROUNDS: usize = 4;
+
 /// Rewrites every matching all-reduce + dynamic-slice pair; returns how many.
 pub fn all_reduce_to_reduce_scatter(m: &mut Module) -> Changed {
     let mut rewritten = 0;
     let mut sunk = 0;
+    let mut gathers = 0;
+    let mut next_channel = crate::util::max_channel_id(m) + 1;
     for c in control_computations(m) {
-        sunk += sink_slices_to_all_reduces(m, c);
+        // Slicing an element-wise op slices its other operands too, which
+        // may lead to further all-reduces: repeat while slices move.
+        for _ in 0..MAX_SINK_ROUNDS {
+            let moved = sink_slices_to_all_reduces(m, c, &mut next_channel, &mut gathers);
+            sunk += moved;
+            if moved == 0 {
+                break;
+            }
+        }
         let uses = users(m, c);
         let mut pairs = Vec::new();
         for &ds in &m.comp(c).instrs {
@@ -62,10 +75,13 @@ pub fn all_reduce_to_reduce_scatter(m: &mut Module) -> Changed {
         }
     }
     Changed::count(rewritten, |n| {
-        let moved = if sunk > 0 {
-            format!(" ({sunk} slices first moved above the element-wise ops between them)")
-        } else {
-            String::new()
+        let moved = match (sunk, gathers) {
+            (0, _) => String::new(),
+            (s, 0) => format!(" ({s} slices first moved above the element-wise ops between them)"),
+            (s, g) => format!(
+                " ({s} slices first moved above the element-wise ops between them; {g} values \
+                 also read whole rebuilt by an all-gather of the narrower shard)"
+            ),
         };
         format!("{n} all-reduce + dynamic-slice → reduce-scatter{moved}")
     })
@@ -138,22 +154,27 @@ fn slice_through(m: &Module, op: InstrId, from: InstrId, s: OneDimSlice) -> Opti
 /// on the path, slice of that operand)`.
 type SinkPath = Vec<(InstrId, InstrId, OneDimSlice)>;
 
+/// The path from `ds` up to its all-reduce, and whether the slice's own
+/// operand is also read whole by others (a branch: those then read an
+/// all-gather of the shard).
 fn path_to_all_reduce(
     m: &Module,
     c: CompId,
     uses: &FxHashMap<InstrId, Vec<InstrId>>,
     ds: InstrId,
-) -> Option<(SinkPath, InstrId, OneDimSlice)> {
+) -> Option<(SinkPath, InstrId, OneDimSlice, bool)> {
     let single_use = |i: InstrId| m.comp(c).root != i && uses.get(&i).is_some_and(|u| u.len() == 1);
     let mut s = one_dim_slice(m, ds)?;
     let mut cur = m.instr(ds).operands[0];
+    let branch = !single_use(cur);
     let mut path = Vec::new();
     for _ in 0..MAX_SINK_DEPTH {
-        if !single_use(cur) {
+        let is_branch = branch && path.is_empty() && m.comp(c).root != cur;
+        if !single_use(cur) && !is_branch {
             return None;
         }
         if m.instr(cur).opcode == Opcode::AllReduce {
-            return (!path.is_empty()).then_some((path, cur, s));
+            return (!path.is_empty() && single_use(cur)).then_some((path, cur, s, branch));
         }
         let ins = m.instr(cur);
         let next =
@@ -181,7 +202,12 @@ fn reaches_all_reduce(m: &Module, id: InstrId, depth: usize) -> bool {
 
 /// Moves every dynamic-slice that reaches an all-reduce through element-wise
 /// ops and reshapes above them, so it reads the all-reduce directly.
-fn sink_slices_to_all_reduces(m: &mut Module, c: CompId) -> usize {
+fn sink_slices_to_all_reduces(
+    m: &mut Module,
+    c: CompId,
+    next_channel: &mut i64,
+    gathers: &mut usize,
+) -> usize {
     let uses = users(m, c);
     let slices: Vec<InstrId> = m
         .comp(c)
@@ -193,9 +219,21 @@ fn sink_slices_to_all_reduces(m: &mut Module, c: CompId) -> usize {
     let mut names = all_names(m);
     let mut sunk = 0;
     for ds in slices {
-        let Some((path, ar, top)) = path_to_all_reduce(m, c, &uses, ds) else {
+        let Some((path, ar, top, branch)) = path_to_all_reduce(m, c, &uses, ds) else {
             continue;
         };
+        // A value others read whole is rebuilt by an all-gather of the
+        // shard: worth it only when it is narrower than the all-reduce
+        // (reduce-scatter + all-gather then move fewer bytes), and exact only
+        // when the slice is this device's shard of the all-reduce's group.
+        let full = path[0].0;
+        if branch
+            && (m.instr(full).shape.byte_size() >= m.instr(ar).shape.byte_size()
+                || !is_group_shard(m, ar, top)
+                || !others_uniform(m, &path, ar))
+        {
+            continue;
+        }
         let mut below = slice_instr(m, &mut names, ds, ar, top);
         let mut added = vec![below];
         for &(op, on_path, s) in path.iter().rev() {
@@ -226,12 +264,193 @@ fn sink_slices_to_all_reduces(m: &mut Module, c: CompId) -> usize {
         }
         m.comps[c.index()].instrs.extend(added);
         replace_uses(m, c, ds, below);
+        if branch {
+            let first = path[0].2;
+            let gathered = gather_instr(m, &mut names, ar, below, full, first.dim, *next_channel);
+            *next_channel += 1;
+            m.comps[c.index()].instrs.push(gathered);
+            replace_uses(m, c, full, gathered);
+            *gathers += 1;
+        }
         let chain: Vec<InstrId> = path.iter().map(|p| p.0).chain([ds]).collect();
         m.comps[c.index()].instrs.retain(|i| !chain.contains(i));
         topo_sort(m, c);
         sunk += 1;
     }
     sunk
+}
+
+/// Whether `s` (a slice of all-reduce `ar`'s result) takes this device's
+/// `1/n` of the dimension, `n` the all-reduce's group size.
+fn is_group_shard(m: &Module, ar: InstrId, s: OneDimSlice) -> bool {
+    let a = m.instr(ar);
+    group_size(m, a).is_some_and(|n| {
+        n > 1
+            && s.size.checked_mul(n) == a.shape.dims().get(s.dim).copied()
+            && depends_on_device_id(m, s.offset, MAX_OFFSET_DEPTH)
+    })
+}
+
+/// Whether every operand the path's ops read besides the path itself holds
+/// the same value on every device of `ar`'s groups: only then does an
+/// all-gather of the shards rebuild what each device computed whole.
+fn others_uniform(m: &Module, path: &SinkPath, ar: InstrId) -> bool {
+    let Some(ours) = expanded_groups(m.instr(ar)).filter(|g| !g.is_empty()) else {
+        return false;
+    };
+    let ctx = Uniformity {
+        group_of: ours
+            .iter()
+            .enumerate()
+            .flat_map(|(k, g)| g.iter().map(move |&d| (d, k)))
+            .collect(),
+        ours,
+    };
+    let mut memo = FxHashMap::default();
+    path.iter().all(|&(op, on_path, _)| {
+        m.instr(op)
+            .operands
+            .iter()
+            .filter(|&&o| o != on_path)
+            .all(|&o| ctx.uniform(m, o, MAX_UNIFORM_DEPTH, &mut memo))
+    })
+}
+
+/// How far up its operands a value is followed to show it uniform.
+const MAX_UNIFORM_DEPTH: u32 = 16;
+
+/// A collective's device groups as lists of ids (`Some(vec![])`: all devices).
+fn expanded_groups(ins: &Instruction) -> Option<Vec<Vec<i64>>> {
+    match ins.attr("replica_groups") {
+        None => Some(Vec::new()),
+        Some(AttrValue::ReplicaGroups(g)) => Some(g.expand()),
+        Some(_) => None,
+    }
+}
+
+/// Which values hold the same on every device of each of `ours`.
+struct Uniformity {
+    ours: Vec<Vec<i64>>,
+    group_of: FxHashMap<i64, usize>,
+}
+
+impl Uniformity {
+    /// Whether `id` is the same on every device of each of our groups: a
+    /// constant; an all-reduce or all-gather over our groups or all devices,
+    /// or over groups that pair our groups' devices position by position
+    /// (another mesh axis) of a uniform operand; or an op of uniform
+    /// operands that does not read the device id, a parameter, a random
+    /// state or a called computation (those are not shown uniform).
+    fn uniform(
+        &self,
+        m: &Module,
+        id: InstrId,
+        depth: u32,
+        memo: &mut FxHashMap<InstrId, bool>,
+    ) -> bool {
+        if let Some(&known) = memo.get(&id) {
+            return known;
+        }
+        let ins = m.instr(id);
+        let operands_uniform = |memo: &mut FxHashMap<InstrId, bool>| {
+            depth > 0
+                && ins
+                    .operands
+                    .iter()
+                    .all(|&o| self.uniform(m, o, depth - 1, memo))
+        };
+        let answer = match ins.opcode {
+            Opcode::Constant | Opcode::Iota => true,
+            Opcode::AllReduce | Opcode::AllGather => match expanded_groups(ins) {
+                Some(theirs) if theirs.is_empty() || theirs == self.ours => true,
+                Some(theirs) => self.aligned(&theirs) && operands_uniform(memo),
+                None => false,
+            },
+            Opcode::Parameter
+            | Opcode::PartitionId
+            | Opcode::ReplicaId
+            | Opcode::Rng
+            | Opcode::RngBitGenerator
+            | Opcode::RngGetAndUpdateState
+            | Opcode::CustomCall
+            | Opcode::While
+            | Opcode::Call
+            | Opcode::Conditional
+            | Opcode::Fusion
+            | Opcode::Infeed
+            | Opcode::Recv => false,
+            op if op.category() == tpusim_hlo::OpCategory::Collective => false,
+            _ => operands_uniform(memo),
+        };
+        memo.insert(id, answer);
+        answer
+    }
+
+    /// Whether, for any two devices of one of our groups, their groups in
+    /// `theirs` hold, position by position, devices of one of our groups.
+    fn aligned(&self, theirs: &[Vec<i64>]) -> bool {
+        let of: FxHashMap<i64, &Vec<i64>> = theirs
+            .iter()
+            .flat_map(|g| g.iter().map(move |&d| (d, g)))
+            .collect();
+        self.ours.iter().all(|g| {
+            let Some(first) = g.first().and_then(|d| of.get(d)) else {
+                return false;
+            };
+            g.iter().skip(1).all(|d| {
+                of.get(d).is_some_and(|other| {
+                    other.len() == first.len()
+                        && first
+                            .iter()
+                            .zip(other.iter())
+                            .all(|(a, b)| self.group_of.get(a) == self.group_of.get(b))
+                })
+            })
+        })
+    }
+}
+
+/// `all-gather(shard)` along `dim` over `ar`'s groups, shaped like `full`.
+fn gather_instr(
+    m: &mut Module,
+    names: &mut FxHashSet<String>,
+    ar: InstrId,
+    shard: InstrId,
+    full: InstrId,
+    dim: usize,
+    channel: i64,
+) -> InstrId {
+    let a = m.instr(ar);
+    let mut attrs: Vec<Attr> = a
+        .attrs
+        .iter()
+        .filter(|x| !matches!(x.name.as_ref(), "to_apply" | "metadata" | "channel_id"))
+        .cloned()
+        .collect();
+    attrs.push(Attr {
+        name: "dimensions".into(),
+        value: AttrValue::Ints(vec![dim as i64]),
+    });
+    if a.attr("channel_id").is_some() {
+        attrs.push(Attr {
+            name: "channel_id".into(),
+            value: AttrValue::Int(channel),
+        });
+    }
+    sort_attrs(&mut attrs);
+    let f = m.instr(full);
+    let ins = Instruction {
+        name: fresh_name(names, &format!("{}.gathered", f.name)),
+        opcode: Opcode::AllGather,
+        shape: f.shape.clone(),
+        operands: vec![shard],
+        attrs,
+        parent: f.parent,
+        parameter_number: None,
+        literal: None,
+        async_sugar: None,
+    };
+    push_instr(m, ins)
 }
 
 /// A dynamic-slice of `of` described by `s`, named and placed like `like`.

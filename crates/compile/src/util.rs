@@ -132,3 +132,16 @@ pub(crate) fn group_size(m: &Module, ins: &Instruction) -> Option<i64> {
     };
     Some(if n == 0 { m.device_count() } else { n })
 }
+
+/// The largest `channel_id` in the module (0 when none): new collectives
+/// take ids above it.
+pub(crate) fn max_channel_id(m: &Module) -> i64 {
+    m.instrs
+        .iter()
+        .filter_map(|i| match i.attr("channel_id") {
+            Some(AttrValue::Int(v)) => Some(*v),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}

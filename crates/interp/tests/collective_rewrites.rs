@@ -68,12 +68,17 @@ fn same_results(text: &str, devices: usize, pass: impl FnOnce(&mut Module) -> Ch
     if let Err(e) = tpusim_hlo::verify(&after) {
         panic!("{}\n{}", e[0].message, tpusim_hlo::print_module(&after));
     }
-    assert_eq!(
-        outputs(&before, devices),
-        outputs(&after, devices),
-        "{}",
-        tpusim_hlo::print_module(&after)
-    );
+    let (b, a) = (outputs(&before, devices), outputs(&after, devices));
+    if b != a {
+        for (d, (x, y)) in b.iter().zip(&a).enumerate() {
+            for (k, (p, q)) in x.iter().zip(y).enumerate() {
+                if p != q {
+                    eprintln!("device {d} out{k}: before {p:?}\n after {q:?}");
+                }
+            }
+        }
+    }
+    assert_eq!(b, a, "{}", tpusim_hlo::print_module(&after));
     after
 }
 
@@ -237,4 +242,113 @@ fn collective_matmul_keeps_chunks_of_at_least_the_minimum() {
     // is decomposed.
     let mut m = parse(GATHERED_LHS);
     assert_eq!(decompose_all_gather_dots(&mut m, 4), Changed::No);
+}
+
+/// `split` (bf16) is sliced for this device and also read whole.
+fn read_whole(text: &str) -> String {
+    text.replace("ROOT shard = bf16[2,4,4]", "shard = bf16[2,4,4]")
+        .replace(
+            "dynamic_slice_sizes={2,4,4}\n}",
+            "dynamic_slice_sizes={2,4,4}\n  ROOT t = (bf16[2,4,4], bf16[2,4,16]) tuple(shard, split)\n}",
+        )
+}
+
+/// The scale made the same on every device: an all-reduce over the group.
+fn uniform_scale(text: &str) -> String {
+    text.replace(
+        "  s = f32[8,16] broadcast(scale), dimensions={1}",
+        "  shared = f32[16] all-reduce(scale), channel_id=7, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=addf\n  s = f32[8,16] broadcast(shared), dimensions={1}",
+    )
+    .replace(
+        "ENTRY main {",
+        "addf {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY main {",
+    )
+}
+
+#[test]
+fn a_narrowed_value_also_read_whole_is_rebuilt_by_an_all_gather() {
+    // The scale is the same on every device (an all-reduce over the same
+    // group, as AQT's max-abs scales are): the s32 all-reduce becomes a
+    // reduce-scatter, the dequantization runs on the shard, and an
+    // all-gather of the bf16 shard rebuilds `split`.
+    let text = uniform_scale(&read_whole(DEQUANTIZED_SHARD));
+    let m = same_results(&text, 4, all_reduce_to_reduce_scatter);
+    assert_eq!(count(&m, Opcode::ReduceScatter), 1);
+    assert_eq!(count(&m, Opcode::AllGather), 1);
+    assert_eq!(count(&m, Opcode::AllReduce), 1, "only the scale's");
+}
+
+#[test]
+fn a_value_read_whole_with_a_device_local_operand_keeps_its_all_reduce() {
+    // Each device scales by its own parameter: the shards of the other
+    // devices were scaled differently, so no all-gather can rebuild the
+    // whole value this device computes.
+    let mut m = parse(&read_whole(DEQUANTIZED_SHARD));
+    assert_eq!(all_reduce_to_reduce_scatter(&mut m), Changed::No);
+}
+
+#[test]
+fn a_value_read_whole_and_no_narrower_keeps_its_all_reduce() {
+    // Without the narrowing convert, reduce-scatter + all-gather would move
+    // as many bytes as the all-reduce: nothing changes.
+    let text = uniform_scale(DEQUANTIZED_SHARD)
+        .replace("narrow = bf16[8,16] convert(scaled)", "narrow = f32[8,16] negate(scaled)")
+        .replace("split = bf16[2,4,16]", "split = f32[2,4,16]")
+        .replace("ROOT shard = bf16[2,4,4]", "shard = f32[2,4,4]")
+        .replace(
+            "dynamic_slice_sizes={2,4,4}\n}",
+            "dynamic_slice_sizes={2,4,4}\n  ROOT t = (f32[2,4,4], f32[2,4,16]) tuple(shard, split)\n}",
+        );
+    let mut m = parse(&text);
+    assert_eq!(all_reduce_to_reduce_scatter(&mut m), Changed::No);
+}
+
+/// An 8-device version of the read-whole case whose scale is uniform over
+/// the tensor groups `{0..3},{4..7}` through a collective over `groups`
+/// (another mesh axis when they pair the tensor groups' devices in order).
+fn scale_through(groups: &str) -> String {
+    let text = read_whole(DEQUANTIZED_SHARD)
+        .replace("num_partitions=4", "num_partitions=8")
+        .replace(
+            "replica_groups={{0,1,2,3}}",
+            "replica_groups={{0,1,2,3},{4,5,6,7}}",
+        )
+        .replace(
+            "s32[4] constant({0, 4, 8, 12})",
+            "s32[8] constant({0, 4, 8, 12, 0, 4, 8, 12})",
+        )
+        .replace(
+            "scale = f32[16] parameter(2)",
+            "scale = f32[8] parameter(2)",
+        );
+    text.replace(
+        "  s = f32[8,16] broadcast(scale), dimensions={1}",
+        &format!(
+            "  tensor = f32[8] all-reduce(scale), channel_id=7, replica_groups={{{{0,1,2,3}},{{4,5,6,7}}}}, use_global_device_ids=true, to_apply=addf\n  \
+             other = f32[16] all-gather(tensor), channel_id=8, replica_groups={groups}, dimensions={{0}}, use_global_device_ids=true\n  \
+             s = f32[8,16] broadcast(other), dimensions={{1}}"
+        ),
+    )
+    .replace(
+        "ENTRY main {",
+        "addf {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY main {",
+    )
+}
+
+#[test]
+fn a_scale_gathered_over_another_mesh_axis_is_uniform() {
+    let m = same_results(
+        &scale_through("{{0,4},{1,5},{2,6},{3,7}}"),
+        8,
+        all_reduce_to_reduce_scatter,
+    );
+    assert_eq!(count(&m, Opcode::ReduceScatter), 1);
+}
+
+#[test]
+fn a_scale_gathered_over_groups_that_mix_the_axes_is_not_uniform() {
+    // Devices 0 and 1 share a tensor group, but gather from 4 and 2, which
+    // do not: their scales may differ.
+    let mut m = parse(&scale_through("{{0,4},{1,2},{3,5},{6,7}}"));
+    assert_eq!(all_reduce_to_reduce_scatter(&mut m), Changed::No);
 }
