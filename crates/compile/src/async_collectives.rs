@@ -5,7 +5,7 @@
 //! - reduce-scatter, all-to-all: `async-start`/`async-done` wrapping the op
 //!   (printed as `reduce-scatter-start`/`-done`, as XLA does).
 
-use crate::util::{all_names, control_computations, fresh_name, push_instr, replace_uses};
+use crate::util::{all_names, control_computations, fresh_name, push_instr, replace_all_uses};
 use crate::Changed;
 use rustc_hash::FxHashSet;
 use tpusim_hlo::{
@@ -24,9 +24,29 @@ pub fn convert_async_collectives(m: &mut Module) -> Changed {
             .copied()
             .filter(|&i| async_pair(m.instr(i).opcode).is_some())
             .collect();
+        // Uses and order are rewritten once per computation (per collective
+        // is quadratic in a module with thousands of them).
+        let mut done_of = rustc_hash::FxHashMap::default();
+        let mut pair_of = rustc_hash::FxHashMap::default();
         for i in sync {
-            convert(m, c, i, &mut names);
-            converted += 1;
+            if let Some((start, done)) = convert(m, c, i, &mut names) {
+                done_of.insert(i, done);
+                pair_of.insert(i, [start, done]);
+                converted += 1;
+            }
+        }
+        if !pair_of.is_empty() {
+            let order = std::mem::take(&mut m.comps[c.index()].instrs);
+            m.comps[c.index()].instrs = order
+                .into_iter()
+                .flat_map(|i| match pair_of.get(&i) {
+                    Some(pair) => pair.to_vec(),
+                    None => vec![i],
+                })
+                .collect();
+            // After the starts joined the order: one may read another
+            // collective, whose done it then reads.
+            replace_all_uses(m, c, &done_of);
         }
     }
     Changed::count(converted, |n| format!("{n} collectives made asynchronous"))
@@ -53,11 +73,16 @@ fn operand_shape(m: &Module, ins: &Instruction) -> Shape {
     }
 }
 
-fn convert(m: &mut Module, c: CompId, id: InstrId, names: &mut FxHashSet<String>) {
+/// Builds the start and done of collective `id` (not yet in the order, its
+/// uses not yet moved to the done).
+fn convert(
+    m: &mut Module,
+    c: CompId,
+    id: InstrId,
+    names: &mut FxHashSet<String>,
+) -> Option<(InstrId, InstrId)> {
     let ins = m.instr(id).clone();
-    let Some((start_op, done_op)) = async_pair(ins.opcode) else {
-        return;
-    };
+    let (start_op, done_op) = async_pair(ins.opcode)?;
     let base = ins.opcode.name();
     let mut start = Instruction {
         name: fresh_name(names, &format!("{base}-start")),
@@ -108,11 +133,7 @@ fn convert(m: &mut Module, c: CompId, id: InstrId, names: &mut FxHashSet<String>
         async_sugar: (done_op == Opcode::AsyncDone).then_some(ins.opcode),
     };
     let done_id = push_instr(m, done);
-    replace_uses(m, c, id, done_id);
-    let comp = &mut m.comps[c.index()];
-    if let Some(k) = comp.instrs.iter().position(|&i| i == id) {
-        comp.instrs.splice(k..=k, [start_id, done_id]);
-    }
+    Some((start_id, done_id))
 }
 
 /// The hidden computation an `X-start` sugar calls: `X` over parameters.

@@ -24,7 +24,7 @@ use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode, 
 /// of the split dimension (one MXU edge: a thinner chunk would pad every MXU
 /// pass).
 pub fn decompose_all_gather_dots(m: &mut Module, min_chunk: i64) -> Changed {
-    let mut names = all_names(m);
+    let mut names = None;
     let mut next_channel = crate::util::max_channel_id(m) + 1;
     let mut decomposed = 0;
     let mut chunks = 0;
@@ -48,7 +48,8 @@ pub fn decompose_all_gather_dots(m: &mut Module, min_chunk: i64) -> Changed {
         }
         for p in plans {
             chunks += p.n;
-            rewrite(m, c, &p, &mut names, &mut next_channel);
+            let names = names.get_or_insert_with(|| all_names(m));
+            rewrite(m, c, &p, names, &mut next_channel);
             decomposed += 1;
         }
     }

@@ -4,7 +4,7 @@
 //! threshold bytes, so many small transfers pay one latency.
 
 use crate::util::{
-    all_names, control_computations, fresh_name, push_instr, replace_uses, topo_sort,
+    all_names, control_computations, fresh_name, push_instr, replace_all_uses, topo_sort,
 };
 use crate::Changed;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -157,6 +157,7 @@ fn merge(m: &mut Module, c: CompId, members: &[InstrId], names: &mut FxHashSet<S
     );
     let last = *members.last().unwrap_or(&members[0]);
     let mut new_ids = vec![combined];
+    let mut replaced: FxHashMap<InstrId, InstrId> = FxHashMap::default();
     for (k, (&old, shape)) in members.iter().zip(shapes).enumerate() {
         let gte = push_instr(
             m,
@@ -175,9 +176,12 @@ fn merge(m: &mut Module, c: CompId, members: &[InstrId], names: &mut FxHashSet<S
                 async_sugar: None,
             },
         );
-        replace_uses(m, c, old, gte);
+        replaced.insert(old, gte);
         new_ids.push(gte);
     }
+    // One sweep for all members (a sweep per member is quadratic in a
+    // module with thousands of collectives).
+    replace_all_uses(m, c, &replaced);
     let comp = &mut m.comps[c.index()];
     let at = comp
         .instrs

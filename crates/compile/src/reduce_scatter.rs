@@ -37,11 +37,13 @@ pub fn all_reduce_to_reduce_scatter(m: &mut Module) -> Changed {
     let mut sunk = 0;
     let mut gathers = 0;
     let mut next_channel = crate::util::max_channel_id(m) + 1;
+    let mut names = None;
     for c in control_computations(m) {
         // Slicing an element-wise op slices its other operands too, which
         // may lead to further all-reduces: repeat while slices move.
         for _ in 0..MAX_SINK_ROUNDS {
-            let moved = sink_slices_to_all_reduces(m, c, &mut next_channel, &mut gathers);
+            let moved =
+                sink_slices_to_all_reduces(m, c, &mut next_channel, &mut gathers, &mut names);
             sunk += moved;
             if moved == 0 {
                 break;
@@ -207,6 +209,7 @@ fn sink_slices_to_all_reduces(
     c: CompId,
     next_channel: &mut i64,
     gathers: &mut usize,
+    module_names: &mut Option<FxHashSet<String>>,
 ) -> usize {
     let uses = users(m, c);
     let slices: Vec<InstrId> = m
@@ -216,7 +219,6 @@ fn sink_slices_to_all_reduces(
         .copied()
         .filter(|&i| m.instr(i).opcode == Opcode::DynamicSlice)
         .collect();
-    let mut names = all_names(m);
     let mut sunk = 0;
     for ds in slices {
         let Some((path, ar, top, branch)) = path_to_all_reduce(m, c, &uses, ds) else {
@@ -234,7 +236,9 @@ fn sink_slices_to_all_reduces(
         {
             continue;
         }
-        let mut below = slice_instr(m, &mut names, ds, ar, top);
+        // Every name in the module, gathered once and only when needed.
+        let names = module_names.get_or_insert_with(|| all_names(m));
+        let mut below = slice_instr(m, names, ds, ar, top);
         let mut added = vec![below];
         for &(op, on_path, s) in path.iter().rev() {
             let ins = m.instr(op).clone();
@@ -243,7 +247,7 @@ fn sink_slices_to_all_reduces(
                 if o == on_path {
                     operands.push(below);
                 } else {
-                    let sliced = slice_instr(m, &mut names, ds, o, s);
+                    let sliced = slice_instr(m, names, ds, o, s);
                     added.push(sliced);
                     operands.push(sliced);
                 }
@@ -256,7 +260,7 @@ fn sink_slices_to_all_reduces(
                 Instruction {
                     shape: Shape::array(ty, dims),
                     operands,
-                    name: fresh_name(&mut names, &format!("{}.shard", ins.name)),
+                    name: fresh_name(names, &format!("{}.shard", ins.name)),
                     ..ins
                 },
             );
@@ -266,7 +270,7 @@ fn sink_slices_to_all_reduces(
         replace_uses(m, c, ds, below);
         if branch {
             let first = path[0].2;
-            let gathered = gather_instr(m, &mut names, ar, below, full, first.dim, *next_channel);
+            let gathered = gather_instr(m, names, ar, below, full, first.dim, *next_channel);
             *next_channel += 1;
             m.comps[c.index()].instrs.push(gathered);
             replace_uses(m, c, full, gathered);

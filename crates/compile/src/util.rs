@@ -58,6 +58,28 @@ pub(crate) fn replace_uses(m: &mut Module, c: CompId, old: InstrId, new: InstrId
     }
 }
 
+/// Replaces every use in computation `c` (operands and root) of each key of
+/// `replaced` by its value, in one sweep; the values themselves are left
+/// as they are.
+pub(crate) fn replace_all_uses(m: &mut Module, c: CompId, replaced: &FxHashMap<InstrId, InstrId>) {
+    let new: FxHashSet<InstrId> = replaced.values().copied().collect();
+    let ids = m.comp(c).instrs.clone();
+    for i in ids {
+        if new.contains(&i) {
+            continue;
+        }
+        for o in &mut m.instrs[i.index()].operands {
+            if let Some(&n) = replaced.get(o) {
+                *o = n;
+            }
+        }
+    }
+    let root = m.comps[c.index()].root;
+    if let Some(&n) = replaced.get(&root) {
+        m.comps[c.index()].root = n;
+    }
+}
+
 /// Sorts attributes into XLA's print order (stable).
 pub(crate) fn sort_attrs(attrs: &mut [Attr]) {
     attrs.sort_by_key(|a| print_rank(&a.name));
