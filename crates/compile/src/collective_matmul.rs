@@ -19,6 +19,10 @@ use rustc_hash::FxHashSet;
 use tpusim_hlo::attr::SliceDim;
 use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape};
 
+/// Gathers over more devices than this are left whole (the rewrite adds
+/// three instructions per chunk).
+const MAX_CHUNKS: i64 = 256;
+
 /// Splits every all-gather whose only user is a dot into as many chunks as
 /// the gather has devices, when each chunk keeps at least `min_chunk` rows
 /// of the split dimension (one MXU edge: a thinner chunk would pad every MXU
@@ -90,6 +94,9 @@ fn plan(m: &Module, c: CompId, ag: InstrId, dot: InstrId, min_chunk: i64) -> Opt
     }
     let gathered = usize::try_from(*a.attr_ints("dimensions")?.first()?).ok()?;
     let n = crate::util::group_size(m, a)?;
+    if !(2..=MAX_CHUNKS).contains(&n) {
+        return None;
+    }
     let side = d.operands.iter().position(|&o| o == ag)?;
     let (prefix, other_prefix) = if side == 0 {
         ("lhs", "rhs")
@@ -118,7 +125,7 @@ fn plan(m: &Module, c: CompId, ag: InstrId, dot: InstrId, min_chunk: i64) -> Opt
         other.checked_sub(oc + ob)?
     };
     let out_dim = batch.len() + if side == 0 { 0 } else { lhs_free } + rank_in_free;
-    (n > 1).then_some(Plan {
+    Some(Plan {
         ag,
         dot,
         side,

@@ -127,12 +127,30 @@ fn combine_in(
         member_of.insert(i, g);
     }
     let mut changed = false;
+    // Every group merged, then the order and the uses rewritten in one sweep
+    // (per group is quadratic in a module with thousands of collectives).
+    let mut replaced: FxHashMap<InstrId, InstrId> = FxHashMap::default();
+    let mut placed: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
+    let mut gone: FxHashSet<InstrId> = FxHashSet::default();
     for grp in groups.iter().filter(|g| g.members.len() > 1) {
         let names = names.get_or_insert_with(|| all_names(m));
-        merge(m, c, &grp.members, names);
+        let (last, new_ids) = merge(m, c, &grp.members, names, &mut replaced);
+        placed.insert(last, new_ids);
+        gone.extend(grp.members.iter().copied());
         changed = true;
     }
     if changed {
+        let order = std::mem::take(&mut m.comps[c.index()].instrs);
+        let mut new_order = Vec::with_capacity(order.len());
+        for i in order {
+            if let Some(ids) = placed.get(&i) {
+                new_order.extend(ids.iter().copied());
+            } else if !gone.contains(&i) {
+                new_order.push(i);
+            }
+        }
+        m.comps[c.index()].instrs = new_order;
+        replace_all_uses(m, c, &replaced);
         topo_sort(m, c);
     }
     (
@@ -141,8 +159,16 @@ fn combine_in(
     )
 }
 
-/// Replaces `members` by one variadic collective and a get-tuple-element per member.
-fn merge(m: &mut Module, c: CompId, members: &[InstrId], names: &mut FxHashSet<String>) {
+/// One variadic collective for `members` and a get-tuple-element per member
+/// (recorded in `replaced`); returns the last member, whose place they take,
+/// and the new instructions in order.
+fn merge(
+    m: &mut Module,
+    c: CompId,
+    members: &[InstrId],
+    names: &mut FxHashSet<String>,
+    replaced: &mut FxHashMap<InstrId, InstrId>,
+) -> (InstrId, Vec<InstrId>) {
     let first = m.instr(members[0]).clone();
     let operands: Vec<InstrId> = members.iter().map(|&i| m.instr(i).operands[0]).collect();
     let shapes: Vec<Shape> = members.iter().map(|&i| m.instr(i).shape.clone()).collect();
@@ -157,7 +183,6 @@ fn merge(m: &mut Module, c: CompId, members: &[InstrId], names: &mut FxHashSet<S
     );
     let last = *members.last().unwrap_or(&members[0]);
     let mut new_ids = vec![combined];
-    let mut replaced: FxHashMap<InstrId, InstrId> = FxHashMap::default();
     for (k, (&old, shape)) in members.iter().zip(shapes).enumerate() {
         let gte = push_instr(
             m,
@@ -179,16 +204,5 @@ fn merge(m: &mut Module, c: CompId, members: &[InstrId], names: &mut FxHashSet<S
         replaced.insert(old, gte);
         new_ids.push(gte);
     }
-    // One sweep for all members (a sweep per member is quadratic in a
-    // module with thousands of collectives).
-    replace_all_uses(m, c, &replaced);
-    let comp = &mut m.comps[c.index()];
-    let at = comp
-        .instrs
-        .iter()
-        .position(|&i| i == last)
-        .unwrap_or(comp.instrs.len());
-    comp.instrs.splice(at..at, new_ids);
-    let gone: rustc_hash::FxHashSet<InstrId> = members.iter().copied().collect();
-    comp.instrs.retain(|i| !gone.contains(i));
+    (last, new_ids)
 }

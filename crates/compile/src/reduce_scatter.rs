@@ -11,8 +11,8 @@
 //! the ops then run on the shard only.
 
 use crate::util::{
-    all_names, control_computations, fresh_name, group_size, push_instr, replace_uses, sort_attrs,
-    topo_sort, users,
+    all_names, control_computations, fresh_name, group_size, push_instr, replace_all_uses,
+    replace_uses, sort_attrs, topo_sort, users,
 };
 use crate::Changed;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -65,15 +65,24 @@ pub fn all_reduce_to_reduce_scatter(m: &mut Module) -> Changed {
                 pairs.push((ar, ds, dim));
             }
         }
+        // All pairs of the computation rewritten in one sweep of its order
+        // and uses.
+        let mut gone = FxHashSet::default();
+        let mut by_slice = FxHashMap::default();
         for (ar, ds, dim) in pairs {
-            let rs = reduce_scatter_for(m, ar, ds, dim);
-            let comp = &mut m.comps[c.index()];
-            comp.instrs.retain(|&i| i != ar);
-            if let Some(k) = comp.instrs.iter().position(|&i| i == ds) {
-                comp.instrs[k] = rs;
-            }
-            replace_uses(m, c, ds, rs);
+            by_slice.insert(ds, reduce_scatter_for(m, ar, ds, dim));
+            gone.insert(ar);
             rewritten += 1;
+        }
+        if !by_slice.is_empty() {
+            let comp = &mut m.comps[c.index()];
+            comp.instrs.retain(|i| !gone.contains(i));
+            for i in &mut comp.instrs {
+                if let Some(&rs) = by_slice.get(i) {
+                    *i = rs;
+                }
+            }
+            replace_all_uses(m, c, &by_slice);
         }
     }
     Changed::count(rewritten, |n| {
