@@ -534,16 +534,67 @@ fn is_zero(ins: &Instruction) -> bool {
         && matches!(&ins.literal, Some(Literal::Array(LiteralData::Int(v))) if v.iter().all(|&x| x == 0))
 }
 
+/// Whether `id` is computed from `partition-id`/`replica-id`, also through
+/// a loop's invariant state: XLA:CPU's loop-invariant code motion hoists a
+/// slice's offset out of a scan and carries it in, where XLA:TPU's
+/// reduce-scatter creation, which runs before it, saw it computed in place.
 fn depends_on_device_id(m: &Module, id: InstrId, depth: u32) -> bool {
     let ins = m.instr(id);
     if matches!(ins.opcode, Opcode::PartitionId | Opcode::ReplicaId) {
         return true;
     }
-    depth > 0
-        && ins
-            .operands
-            .iter()
-            .any(|&o| depends_on_device_id(m, o, depth - 1))
+    if depth == 0 {
+        return false;
+    }
+    if let Some(init) = loop_invariant_init(m, id) {
+        return depends_on_device_id(m, init, depth - 1);
+    }
+    ins.operands
+        .iter()
+        .any(|&o| depends_on_device_id(m, o, depth - 1))
+}
+
+/// For `get-tuple-element(parameter, i)` in a loop body whose root passes
+/// element `i` through unchanged, the value the loop starts with: element
+/// `i` of the tuple its `while` is given.
+fn loop_invariant_init(m: &Module, id: InstrId) -> Option<InstrId> {
+    let element = |i: &Instruction| match i.attr("index") {
+        Some(AttrValue::Int(k)) => usize::try_from(*k).ok(),
+        _ => None,
+    };
+    let ins = m.instr(id);
+    if ins.opcode != Opcode::GetTupleElement {
+        return None;
+    }
+    let param = *ins.operands.first()?;
+    if m.instr(param).opcode != Opcode::Parameter {
+        return None;
+    }
+    let k = element(ins)?;
+    let body = ins.parent;
+    let root = m.instr(m.comp(body).root);
+    let passed = m.instr(*root.operands.get(k)?);
+    let invariant = root.opcode == Opcode::Tuple
+        && passed.opcode == Opcode::GetTupleElement
+        && passed.operands.first() == Some(&param)
+        && element(passed) == Some(k);
+    if !invariant {
+        return None;
+    }
+    // The one `while` running this body (a body shared by several has no
+    // single start value).
+    let mut loops = m.instrs.iter().filter(|x| {
+        x.opcode == Opcode::While
+            && matches!(x.attr("body"), Some(AttrValue::Comp(b)) if *b == body)
+    });
+    let w = loops.next()?;
+    if loops.next().is_some() {
+        return None;
+    }
+    let init = m.instr(*w.operands.first()?);
+    (init.opcode == Opcode::Tuple)
+        .then(|| init.operands.get(k).copied())
+        .flatten()
 }
 
 fn reduce_scatter_for(m: &mut Module, ar: InstrId, ds: InstrId, dim: usize) -> InstrId {

@@ -604,3 +604,70 @@ ENTRY main {
     }
     assert!(dots >= 7, "{ops:?}");
 }
+
+/// A scan whose body slices this device's shard of an all-reduce at an
+/// offset computed before the loop and carried through it unchanged (as
+/// XLA:CPU's loop-invariant code motion leaves it).
+const CARRIED_OFFSET: &str = r#"
+HloModule carried, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+cond {
+  c = (s32[], f32[8,16], s32[]) parameter(0)
+  i = s32[] get-tuple-element(c), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  b = (s32[], f32[8,16], s32[]) parameter(0)
+  i = s32[] get-tuple-element(b), index=0
+  x = f32[8,16] get-tuple-element(b), index=1
+  off = s32[] get-tuple-element(b), index=2
+  ar = f32[8,16] all-reduce(x), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  zero = s32[] constant(0)
+  shard = f32[2,16] dynamic-slice(ar, off, zero), dynamic_slice_sizes={2,16}
+  zero.f = f32[] constant(0)
+  padded = f32[8,16] pad(shard, zero.f), padding=0_6x0_0
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT t = (s32[], f32[8,16], s32[]) tuple(j, padded, off)
+}
+
+ENTRY main {
+  p = f32[8,16] parameter(0)
+  pid = u32[] partition-id()
+  table = s32[4] constant({0, 2, 4, 6})
+  o1 = s32[1] dynamic-slice(table, pid), dynamic_slice_sizes={1}
+  o = s32[] reshape(o1)
+  zero = s32[] constant(0)
+  init = (s32[], f32[8,16], s32[]) tuple(zero, p, o)
+  w = (s32[], f32[8,16], s32[]) while(init), condition=cond, body=body
+  ROOT r = f32[8,16] get-tuple-element(w), index=1
+}
+"#;
+
+#[test]
+fn an_offset_carried_unchanged_through_a_loop_still_names_the_shard() {
+    let mut m = parse(CARRIED_OFFSET);
+    let c = checked(&mut m, all_reduce_to_reduce_scatter);
+    assert!(matches!(c, Changed::Yes(_)), "{c:?}");
+    assert_eq!(count(&m, Opcode::ReduceScatter), 1);
+}
+
+#[test]
+fn an_offset_the_loop_changes_is_not_taken_for_the_shard() {
+    // The loop adds one to the carried offset: what it starts with says
+    // nothing about later iterations.
+    let text = CARRIED_OFFSET.replace(
+        "ROOT t = (s32[], f32[8,16], s32[]) tuple(j, padded, off)",
+        "next = s32[] add(off, one)\n  ROOT t = (s32[], f32[8,16], s32[]) tuple(j, padded, next)",
+    );
+    let mut m = parse(&text);
+    assert_eq!(checked(&mut m, all_reduce_to_reduce_scatter), Changed::No);
+}
