@@ -13,7 +13,9 @@
 //!
 //! Off by default, as in XLA; `CompileOptions::collective_matmul` turns it on.
 
-use crate::util::{all_names, control_computations, fresh_name, push_instr, replace_uses, users};
+use crate::util::{
+    all_names, control_computations, fresh_name, push_instr, replace_uses, resized, users,
+};
 use crate::Changed;
 use rustc_hash::FxHashSet;
 use tpusim_hlo::attr::SliceDim;
@@ -229,15 +231,6 @@ fn rewrite(
     comp.instrs.splice(at..at, added);
     comp.instrs.retain(|&i| i != p.dot && i != p.ag);
     replace_uses(m, c, p.dot, concat);
-}
-
-/// `shape` with dimension `dim` resized to `size` (layout kept).
-fn resized(shape: &Shape, dim: usize, size: i64) -> Shape {
-    let mut s = shape.clone();
-    if let Shape::Array(a) = &mut s {
-        a.dims[dim] = size;
-    }
-    s
 }
 
 /// `slice={[0:d0], ..., [start:start+size], ...}` of `shape`.

@@ -12,14 +12,12 @@
 
 use crate::util::{
     all_names, control_computations, fresh_name, group_size, push_instr, replace_all_uses,
-    replace_uses, sort_attrs, topo_sort, users,
+    replace_uses, resized, sort_attrs, topo_sort, users,
 };
 use crate::Changed;
 use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::literal::{Literal, LiteralData};
-use tpusim_hlo::{
-    Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode, PrimitiveType, Shape,
-};
+use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode};
 
 /// How far up an offset's operands the pass looks for the device id.
 const MAX_OFFSET_DEPTH: u32 = 12;
@@ -99,13 +97,14 @@ pub fn all_reduce_to_reduce_scatter(m: &mut Module) -> Changed {
 }
 
 /// A dynamic-slice that takes `size` elements of dimension `dim` at
-/// `offset` and all of every other dimension (at constant zero offsets).
+/// `offset` and all of every other dimension (at constant zero offsets, one
+/// of which is `zero`; none in rank 1).
 #[derive(Clone, Copy)]
 struct OneDimSlice {
     dim: usize,
     size: i64,
     offset: InstrId,
-    zero: InstrId,
+    zero: Option<InstrId>,
 }
 
 fn one_dim_slice(m: &Module, ds: InstrId) -> Option<OneDimSlice> {
@@ -133,7 +132,7 @@ fn one_dim_slice(m: &Module, ds: InstrId) -> Option<OneDimSlice> {
         dim,
         size,
         offset,
-        zero: zero?,
+        zero,
     })
 }
 
@@ -176,6 +175,9 @@ fn path_to_all_reduce(
 ) -> Option<(SinkPath, InstrId, OneDimSlice, bool)> {
     let single_use = |i: InstrId| m.comp(c).root != i && uses.get(&i).is_some_and(|u| u.len() == 1);
     let mut s = one_dim_slice(m, ds)?;
+    // Slicing the path's other operands needs a zero offset (a reshape on
+    // the way may add dimensions).
+    s.zero?;
     let mut cur = m.instr(ds).operands[0];
     let branch = !single_use(cur);
     let mut path = Vec::new();
@@ -261,13 +263,10 @@ fn sink_slices_to_all_reduces(
                     operands.push(sliced);
                 }
             }
-            let mut dims = ins.shape.dims().to_vec();
-            dims[s.dim] = s.size;
-            let ty = ins.shape.element_type().unwrap_or(PrimitiveType::F32);
             below = push_instr(
                 m,
                 Instruction {
-                    shape: Shape::array(ty, dims),
+                    shape: resized(&ins.shape, s.dim, s.size),
                     operands,
                     name: fresh_name(names, &format!("{}.shard", ins.name)),
                     ..ins
@@ -476,16 +475,18 @@ fn slice_instr(
 ) -> InstrId {
     let src = m.instr(of);
     let rank = src.shape.rank();
-    let mut sizes = src.shape.dims().to_vec();
-    sizes[s.dim] = s.size;
-    let ty = src.shape.element_type().unwrap_or(PrimitiveType::F32);
+    let shape = resized(&src.shape, s.dim, s.size);
+    let sizes = shape.dims().to_vec();
     let mut operands = vec![of];
-    operands.extend((0..rank).map(|d| if d == s.dim { s.offset } else { s.zero }));
+    // Every path starts from a slice with a zero offset; only a rank-1
+    // slice, which has no other dimension to fill, lacks one.
+    let zero = s.zero.unwrap_or(s.offset);
+    operands.extend((0..rank).map(|d| if d == s.dim { s.offset } else { zero }));
     let l = m.instr(like);
     let ins = Instruction {
         name: fresh_name(names, &l.name),
         opcode: Opcode::DynamicSlice,
-        shape: Shape::array(ty, sizes.clone()),
+        shape,
         operands,
         attrs: vec![Attr {
             name: "dynamic_slice_sizes".into(),
@@ -506,27 +507,8 @@ fn shard_dimension(m: &Module, ar: InstrId, ds: InstrId) -> Option<usize> {
     if a.opcode != Opcode::AllReduce || a.operands.len() != 1 || a.shape.is_tuple() {
         return None;
     }
-    let n = group_size(m, a)?;
-    let full = a.shape.dims();
-    let sizes = m.instr(ds).attr_ints("dynamic_slice_sizes")?;
-    let offsets = &m.instr(ds).operands[1..];
-    if sizes.len() != full.len() || offsets.len() != full.len() || n <= 1 {
-        return None;
-    }
-    let mut sharded = None;
-    for (d, (&size, &dim)) in sizes.iter().zip(full).enumerate() {
-        if size == dim && is_zero(m.instr(offsets[d])) {
-            continue;
-        }
-        if sharded.is_some() || size.checked_mul(n) != Some(dim) {
-            return None;
-        }
-        if !depends_on_device_id(m, offsets[d], MAX_OFFSET_DEPTH) {
-            return None;
-        }
-        sharded = Some(d);
-    }
-    sharded
+    let s = one_dim_slice(m, ds)?;
+    is_group_shard(m, ar, s).then_some(s.dim)
 }
 
 fn is_zero(ins: &Instruction) -> bool {

@@ -21,6 +21,7 @@ use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use tpusim_arch::Chip;
+use tpusim_hlo::passes::program_callees;
 use tpusim_hlo::{CompId, InstrId, Module, Opcode};
 use tpusim_perf::CommModel;
 
@@ -72,7 +73,12 @@ fn callers_first(m: &Module) -> Vec<CompId> {
     while k < order.len() {
         let c = order[k];
         k += 1;
-        for callee in m.comp(c).instrs.iter().flat_map(|&i| callees(m, i)) {
+        for callee in m
+            .comp(c)
+            .instrs
+            .iter()
+            .flat_map(|&i| program_callees(m.instr(i)))
+        {
             if seen.insert(callee) {
                 order.push(callee);
             }
@@ -82,28 +88,6 @@ fn callers_first(m: &Module) -> Vec<CompId> {
     order.retain(|c| control.contains(c));
     order.extend(all.into_iter().filter(|c| !seen.contains(c)));
     order
-}
-
-/// Computations `i` runs as programs (loop body and condition, call target,
-/// branches).
-fn callees(m: &Module, i: InstrId) -> Vec<CompId> {
-    let ins = m.instr(i);
-    ins.attrs
-        .iter()
-        .filter(|a| {
-            matches!(
-                (ins.opcode, a.name.as_ref()),
-                (Opcode::While, "condition" | "body")
-                    | (Opcode::Call, "to_apply")
-                    | (Opcode::Conditional, _)
-            )
-        })
-        .flat_map(|a| match &a.value {
-            tpusim_hlo::AttrValue::Comp(c) => vec![*c],
-            tpusim_hlo::AttrValue::Comps(cs) => cs.clone(),
-            _ => Vec::new(),
-        })
-        .collect()
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -312,7 +296,7 @@ fn schedule_computation(
         out.push(nodes[k].id);
         issue(&nodes, &mut st, k);
         calls.extend(
-            callees(m, nodes[k].id)
+            program_callees(m.instr(nodes[k].id))
                 .into_iter()
                 .map(|callee| (callee, st.live)),
         );

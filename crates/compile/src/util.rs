@@ -2,7 +2,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::attr::{print_rank, ReplicaGroups};
-use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module};
+use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Shape};
 
 /// Appends `ins` to the module's arena (not to any computation's order).
 pub(crate) fn push_instr(m: &mut Module, ins: Instruction) -> InstrId {
@@ -166,4 +166,13 @@ pub(crate) fn max_channel_id(m: &Module) -> i64 {
         })
         .max()
         .unwrap_or(0)
+}
+
+/// `shape` with dimension `dim` resized to `size` (layout kept).
+pub(crate) fn resized(shape: &Shape, dim: usize, size: i64) -> Shape {
+    let mut s = shape.clone();
+    if let Shape::Array(a) = &mut s {
+        a.dims[dim] = size;
+    }
+    s
 }

@@ -383,13 +383,7 @@ pub fn control_computations(m: &Module) -> Vec<CompId> {
     let mut applied: FxHashSet<CompId> = FxHashSet::default();
     for ins in &m.instrs {
         for a in &ins.attrs {
-            let program = matches!(
-                (ins.opcode, a.name.as_ref()),
-                (Opcode::While, "condition" | "body")
-                    | (Opcode::Call, "to_apply")
-                    | (Opcode::Conditional, _)
-            );
-            if !program {
+            if !runs_as_program(ins.opcode, &a.name) {
                 match &a.value {
                     AttrValue::Comp(c) => {
                         applied.insert(*c);
@@ -402,6 +396,31 @@ pub fn control_computations(m: &Module) -> Vec<CompId> {
     }
     m.comp_ids()
         .filter(|c| !applied.contains(c) && !m.comp(*c).is_async_sugar)
+        .collect()
+}
+
+/// Whether attribute `attr` of an `op` instruction names a computation run
+/// as a program (loop body and condition, call target, branches) rather
+/// than one applied element-wise (a reducer, a comparator, a fusion body).
+pub fn runs_as_program(op: Opcode, attr: &str) -> bool {
+    matches!(
+        (op, attr),
+        (Opcode::While, "condition" | "body")
+            | (Opcode::Call, "to_apply")
+            | (Opcode::Conditional, _)
+    )
+}
+
+/// The computations `ins` runs as programs, in attribute order.
+pub fn program_callees(ins: &Instruction) -> Vec<CompId> {
+    ins.attrs
+        .iter()
+        .filter(|a| runs_as_program(ins.opcode, &a.name))
+        .flat_map(|a| match &a.value {
+            AttrValue::Comp(c) => vec![*c],
+            AttrValue::Comps(cs) => cs.clone(),
+            _ => Vec::new(),
+        })
         .collect()
 }
 
