@@ -283,21 +283,24 @@ pub(crate) fn report(a: &Analysis, chip_name: &str) {
         for o in a.ops.iter().take(TOP_OPS) {
             let per_s = |x: f64| if o.time_s > 0.0 { x / o.time_s } else { 0.0 };
             let ai = o.arithmetic_intensity();
-            t.add_row(vec![
-                o.name.clone(),
-                o.category.name().to_string(),
-                o.occurrences.to_string(),
-                seconds(o.time_s),
-                format!("{:.1}", pct(o.time_s)),
-                rate(per_s(o.flops), "FLOP/s"),
-                rate(per_s(o.bytes_accessed), "B/s"),
-                if ai.is_finite() {
-                    format!("{ai:.1}")
-                } else {
-                    "-".to_string()
-                },
-                bound_name(o.bound).to_string(),
-            ]);
+            crate::render::add_row(
+                &mut t,
+                vec![
+                    o.name.clone(),
+                    o.category.name().to_string(),
+                    o.occurrences.to_string(),
+                    seconds(o.time_s),
+                    format!("{:.1}", pct(o.time_s)),
+                    rate(per_s(o.flops), "FLOP/s"),
+                    rate(per_s(o.bytes_accessed), "B/s"),
+                    if ai.is_finite() {
+                        format!("{ai:.1}")
+                    } else {
+                        "-".to_string()
+                    },
+                    bound_name(o.bound).to_string(),
+                ],
+            );
         }
         out::line(&t);
         if a.ops.len() > TOP_OPS {
@@ -345,20 +348,23 @@ fn communication(a: &Analysis) {
         "exposed",
     ]);
     for s in c.collectives.iter().take(TOP_COLLECTIVES) {
-        t.add_row(vec![
-            s.name.clone(),
-            if s.is_async {
-                format!("{} (async)", s.kind)
-            } else {
-                s.kind.clone()
-            },
-            crate::render::bytes(s.bytes as u64),
-            s.group_size.to_string(),
-            s.axes.join(","),
-            s.occurrences.to_string(),
-            seconds(s.time_s),
-            seconds(s.exposed_s),
-        ]);
+        crate::render::add_row(
+            &mut t,
+            vec![
+                s.name.clone(),
+                if s.is_async {
+                    format!("{} (async)", s.kind)
+                } else {
+                    s.kind.clone()
+                },
+                crate::render::bytes(s.bytes as u64),
+                s.group_size.to_string(),
+                s.axes.join(","),
+                s.occurrences.to_string(),
+                seconds(s.time_s),
+                seconds(s.exposed_s),
+            ],
+        );
     }
     out::line(&t);
     if c.collectives.len() > TOP_COLLECTIVES {
@@ -405,12 +411,15 @@ fn memory_section(a: &Analysis) {
     }
     let mut t = table(&["live at peak", "shape", "kind", "bytes"]);
     for b in &m.peak_buffers {
-        t.add_row(vec![
-            b.name.clone(),
-            b.shape.clone(),
-            b.kind.name().to_string(),
-            bytes(b.bytes),
-        ]);
+        crate::render::add_row(
+            &mut t,
+            vec![
+                b.name.clone(),
+                b.shape.clone(),
+                b.kind.name().to_string(),
+                bytes(b.bytes),
+            ],
+        );
     }
     out::line(&t);
     if m.peak_buffer_count > m.peak_buffers.len() {

@@ -26,7 +26,7 @@ pub fn run(args: &Args) -> Result<bool> {
     }
     let mut t = table(&ChipSummary::HEADER);
     for chip in &chips {
-        t.add_row(ChipSummary::from_chip(chip).cells().to_vec());
+        crate::render::add_row(&mut t, ChipSummary::from_chip(chip).cells().to_vec());
     }
     out::line(&t);
     Ok(true)

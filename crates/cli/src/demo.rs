@@ -139,12 +139,15 @@ fn print_summary(name: &str, m: &tpusim_hlo::Module, top: usize) {
     out::line(format_args!("most frequent ops: {}", ops.join(", ")));
     let mut t = table(&["largest tensors", "opcode", "shape", "bytes"]);
     for x in &s.largest {
-        t.add_row(vec![
-            x.name.clone(),
-            x.opcode.clone(),
-            x.shape.without_layouts().to_string(),
-            bytes(x.bytes),
-        ]);
+        crate::render::add_row(
+            &mut t,
+            vec![
+                x.name.clone(),
+                x.opcode.clone(),
+                x.shape.without_layouts().to_string(),
+                bytes(x.bytes),
+            ],
+        );
     }
     out::line(format_args!("{t}\n"));
 }

@@ -162,7 +162,7 @@ fn print_text(s: &ProfileSummary, rows: &[OpRow], with_prediction: bool) {
                     None => row.extend(["-".to_string(), "-".to_string()]),
                 }
             }
-            t.add_row(row);
+            crate::render::add_row(&mut t, row);
         }
         out::line(&t);
         if rows.len() > TOP_OPS {
@@ -172,13 +172,16 @@ fn print_text(s: &ProfileSummary, rows: &[OpRow], with_prediction: bool) {
     if !s.steps.is_empty() {
         let mut t = table(&["step", "name", "start", "time", "recorded on"]);
         for st in &s.steps {
-            t.add_row(vec![
-                st.step_num.map_or("-".into(), |n| n.to_string()),
-                st.name.clone(),
-                seconds(st.start_s),
-                seconds(st.duration_s),
-                st.plane.clone(),
-            ]);
+            crate::render::add_row(
+                &mut t,
+                vec![
+                    st.step_num.map_or("-".into(), |n| n.to_string()),
+                    st.name.clone(),
+                    seconds(st.start_s),
+                    seconds(st.duration_s),
+                    st.plane.clone(),
+                ],
+            );
         }
         out::line(&t);
     }

@@ -18,6 +18,35 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// The most characters a table cell shows: a longer text (a generated op
+/// name can be megabytes) keeps its start and end around an ellipsis, so
+/// laying out a table stays linear in its input (the full text is in the
+/// JSON output).
+pub const MAX_CELL_CHARS: usize = 120;
+
+/// `text`, or its first and last characters around `…` when it is longer
+/// than [`MAX_CELL_CHARS`].
+pub fn clip(text: &str) -> String {
+    let n = text.chars().count();
+    if n <= MAX_CELL_CHARS {
+        return text.to_string();
+    }
+    let keep = (MAX_CELL_CHARS - 1) / 2;
+    let head: String = text.chars().take(keep).collect();
+    let tail: String = text.chars().skip(n - keep).collect();
+    format!("{head}…{tail}")
+}
+
+/// Adds a row of cells, each clipped by [`clip`].
+pub fn add_row<S: AsRef<str>>(t: &mut Table, cells: impl IntoIterator<Item = S>) {
+    t.add_row(
+        cells
+            .into_iter()
+            .map(|c| clip(c.as_ref()))
+            .collect::<Vec<_>>(),
+    );
+}
+
 /// A table with a header row, in the project's house style.
 pub fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
@@ -48,5 +77,14 @@ mod tests {
         assert_eq!(super::bytes(12), "12 B");
         assert_eq!(super::bytes(1536), "1.5 KiB");
         assert_eq!(super::bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn clips_long_cells_around_an_ellipsis() {
+        assert_eq!(super::clip("short"), "short");
+        let long = format!("{}{}", "a".repeat(1000), "é".repeat(1000));
+        let c = super::clip(&long);
+        assert_eq!(c.chars().count(), super::MAX_CELL_CHARS);
+        assert!(c.starts_with("aaa") && c.ends_with("éé") && c.contains('…'));
     }
 }

@@ -5,9 +5,9 @@
 //! - reduce-scatter, all-to-all: `async-start`/`async-done` wrapping the op
 //!   (printed as `reduce-scatter-start`/`-done`, as XLA does).
 
-use crate::util::{all_names, control_computations, fresh_name, push_instr, replace_all_uses};
+use crate::util::{all_names, control_computations, push_instr, replace_all_uses};
 use crate::Changed;
-use rustc_hash::FxHashSet;
+use tpusim_hlo::NameTable;
 use tpusim_hlo::{
     Attr, AttrValue, CompId, Computation, InstrId, Instruction, Module, Opcode, Shape,
 };
@@ -79,13 +79,13 @@ fn convert(
     m: &mut Module,
     c: CompId,
     id: InstrId,
-    names: &mut FxHashSet<String>,
+    names: &mut NameTable,
 ) -> Option<(InstrId, InstrId)> {
     let ins = m.instr(id).clone();
     let (start_op, done_op) = async_pair(ins.opcode)?;
     let base = ins.opcode.name();
     let mut start = Instruction {
-        name: fresh_name(names, &format!("{base}-start")),
+        name: names.fresh(&format!("{base}-start")),
         opcode: start_op,
         ..ins.clone()
     };
@@ -117,7 +117,7 @@ fn convert(
     }
     let start_id = push_instr(m, start);
     let done = Instruction {
-        name: fresh_name(names, &format!("{base}-done")),
+        name: names.fresh(&format!("{base}-done")),
         opcode: done_op,
         shape: ins.shape.clone(),
         operands: vec![start_id],

@@ -13,12 +13,10 @@
 //!
 //! Off by default, as in XLA; `CompileOptions::collective_matmul` turns it on.
 
-use crate::util::{
-    all_names, control_computations, fresh_name, push_instr, replace_uses, resized, users,
-};
+use crate::util::{all_names, control_computations, push_instr, replace_uses, resized, users};
 use crate::Changed;
-use rustc_hash::FxHashSet;
 use tpusim_hlo::attr::SliceDim;
+use tpusim_hlo::NameTable;
 use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape};
 
 /// Gathers over more devices than this are left whole (the rewrite adds
@@ -137,13 +135,7 @@ fn plan(m: &Module, c: CompId, ag: InstrId, dot: InstrId, min_chunk: i64) -> Opt
     })
 }
 
-fn rewrite(
-    m: &mut Module,
-    c: CompId,
-    p: &Plan,
-    names: &mut FxHashSet<String>,
-    next_channel: &mut i64,
-) {
+fn rewrite(m: &mut Module, c: CompId, p: &Plan, names: &mut NameTable, next_channel: &mut i64) {
     let a = m.instr(p.ag).clone();
     let d = m.instr(p.dot).clone();
     let x = a.operands[0];
@@ -157,7 +149,7 @@ fn rewrite(
         let piece = push_instr(
             m,
             Instruction {
-                name: fresh_name(names, &format!("{}.chunk", a.name)),
+                name: names.fresh(&format!("{}.chunk", a.name)),
                 opcode: Opcode::Slice,
                 shape: resized(&x_shape, p.split, chunk),
                 operands: vec![x],
@@ -176,7 +168,7 @@ fn rewrite(
         let gathered = push_instr(
             m,
             Instruction {
-                name: fresh_name(names, &a.name),
+                name: names.fresh(&a.name),
                 shape: resized(&a.shape, p.split, chunk),
                 operands: vec![piece],
                 attrs,
@@ -188,7 +180,7 @@ fn rewrite(
         let part = push_instr(
             m,
             Instruction {
-                name: fresh_name(names, &d.name),
+                name: names.fresh(&d.name),
                 shape: resized(&d.shape, p.out_dim, chunk),
                 operands,
                 ..d.clone()
@@ -207,7 +199,7 @@ fn rewrite(
     let concat = push_instr(
         m,
         Instruction {
-            name: fresh_name(names, &format!("{}.concat", d.name)),
+            name: names.fresh(&format!("{}.concat", d.name)),
             opcode: Opcode::Concatenate,
             shape: d.shape.clone(),
             operands: parts,

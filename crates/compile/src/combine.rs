@@ -3,12 +3,11 @@
 //! and reducer are merged into one variadic collective of at most the chip's
 //! threshold bytes, so many small transfers pay one latency.
 
-use crate::util::{
-    all_names, control_computations, fresh_name, push_instr, replace_all_uses, topo_sort,
-};
+use crate::util::{all_names, control_computations, push_instr, replace_all_uses, topo_sort};
 use crate::Changed;
 use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_arch::CompilerConfig;
+use tpusim_hlo::NameTable;
 use tpusim_hlo::{AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape};
 
 /// Combines all-reduces, all-gathers and reduce-scatters under `cfg`'s thresholds.
@@ -16,7 +15,7 @@ pub fn combine_collectives(m: &mut Module, cfg: &CompilerConfig) -> Changed {
     let mut before = 0;
     let mut after = 0;
     // Built on the first merge: most computations have nothing to combine.
-    let mut names: Option<FxHashSet<String>> = None;
+    let mut names: Option<NameTable> = None;
     for c in control_computations(m) {
         let (b, a) = combine_in(m, c, cfg, &mut names);
         before += b;
@@ -66,7 +65,7 @@ fn combine_in(
     m: &mut Module,
     c: CompId,
     cfg: &CompilerConfig,
-    names: &mut Option<FxHashSet<String>>,
+    names: &mut Option<NameTable>,
 ) -> (usize, usize) {
     // dep[i]: the highest group any ancestor of i belongs to (0: none). A
     // candidate joins a group only if it depends on no group at or above it,
@@ -166,7 +165,7 @@ fn merge(
     m: &mut Module,
     c: CompId,
     members: &[InstrId],
-    names: &mut FxHashSet<String>,
+    names: &mut NameTable,
     replaced: &mut FxHashMap<InstrId, InstrId>,
 ) -> (InstrId, Vec<InstrId>) {
     let first = m.instr(members[0]).clone();
@@ -175,7 +174,7 @@ fn merge(
     let combined = push_instr(
         m,
         Instruction {
-            name: fresh_name(names, &format!("{}.combined", first.name)),
+            name: names.fresh(&format!("{}.combined", first.name)),
             shape: Shape::Tuple(shapes.clone()),
             operands,
             ..first.clone()
@@ -187,7 +186,7 @@ fn merge(
         let gte = push_instr(
             m,
             Instruction {
-                name: fresh_name(names, &format!("{}.gte", m.instr(old).name)),
+                name: names.fresh(&format!("{}.gte", m.instr(old).name)),
                 opcode: Opcode::GetTupleElement,
                 shape,
                 operands: vec![combined],

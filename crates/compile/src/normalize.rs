@@ -14,10 +14,11 @@
 //! did on a TPU. They never print and never fail: a pattern they do not
 //! recognize is left as it is, and priced as XLA:CPU wrote it.
 
-use crate::util::{all_names, fresh_name, push_instr, sort_attrs};
+use crate::util::{all_names, push_instr, sort_attrs};
 use crate::Changed;
 use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::types::PrimitiveType;
+use tpusim_hlo::NameTable;
 use tpusim_hlo::{AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape};
 
 /// Whether `m` carries XLA:TPU's layouts: XLA:TPU tiles every array it lays
@@ -95,7 +96,7 @@ fn split_one(
     c: CompId,
     i: InstrId,
     users: &[InstrId],
-    names: &mut FxHashSet<String>,
+    names: &mut NameTable,
 ) -> Option<Vec<InstrId>> {
     let ins = m.instr(i);
     let splittable = matches!(
@@ -119,7 +120,7 @@ fn split_one(
         let one = push_instr(
             m,
             Instruction {
-                name: fresh_name(names, &template.name),
+                name: names.fresh(&template.name),
                 shape,
                 operands: vec![template.operands[k]],
                 ..template.clone()
@@ -237,7 +238,7 @@ fn logical_bitcast(
     c: CompId,
     i: InstrId,
     operand_shape: &Shape,
-    names: &mut FxHashSet<String>,
+    names: &mut NameTable,
 ) -> Option<(InstrId, Vec<InstrId>)> {
     let ins = m.instr(i);
     let x = ins.operands[0];
@@ -286,7 +287,7 @@ fn logical_bitcast(
             let id = push_instr(
                 m,
                 Instruction {
-                    name: fresh_name(names, &base),
+                    name: names.fresh(&base),
                     opcode,
                     shape: Shape::array(src.ty, dims),
                     operands: vec![value],
@@ -641,7 +642,7 @@ const MAX_ROUNDS: usize = 256;
 
 /// Names taken in the module and the narrow reducers made so far.
 struct Fresh {
-    names: FxHashSet<String>,
+    names: NameTable,
     reducers: FxHashMap<(CompId, PrimitiveType), CompId>,
 }
 
@@ -786,7 +787,7 @@ impl Graph {
         at: InstrId,
         o: InstrId,
         n: PrimitiveType,
-        names: &mut FxHashSet<String>,
+        names: &mut NameTable,
     ) -> InstrId {
         let mut shape = m.instr(o).shape.clone();
         if let Shape::Array(a) = &mut shape {
@@ -801,13 +802,13 @@ impl Graph {
         at: InstrId,
         o: InstrId,
         shape: Shape,
-        names: &mut FxHashSet<String>,
+        names: &mut NameTable,
     ) -> InstrId {
         let base = format!("{}.convert", m.instr(o).name);
         let new = push_instr(
             m,
             Instruction {
-                name: fresh_name(names, &base),
+                name: names.fresh(&base),
                 opcode: Opcode::Convert,
                 shape,
                 operands: vec![o],
@@ -1014,7 +1015,7 @@ fn narrowed_clone(
     fresh: &mut Fresh,
 ) -> Option<Instruction> {
     let mut narrow = m.instr(i).clone();
-    narrow.name = fresh_name(&mut fresh.names, &narrow.name);
+    narrow.name = fresh.names.fresh(&narrow.name);
     if let Shape::Array(a) = &mut narrow.shape {
         a.ty = n;
     }
@@ -1062,7 +1063,7 @@ fn narrow_reducer(
     let mut instrs = Vec::with_capacity(comp.instrs.len());
     for &old in &comp.instrs {
         let mut ins = m.instr(old).clone();
-        ins.name = fresh_name(&mut fresh.names, &ins.name);
+        ins.name = fresh.names.fresh(&ins.name);
         ins.parent = new_comp;
         ins.shape = Shape::scalar(n);
         ins.operands.iter_mut().for_each(|o| *o = remap[o]);

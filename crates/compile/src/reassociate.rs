@@ -5,8 +5,9 @@
 //! one input are reduced this way — four all-reduces of an activation become
 //! one.
 
-use crate::util::{all_names, control_computations, fresh_name, push_instr, users};
+use crate::util::{all_names, control_computations, push_instr, users};
 use crate::Changed;
+use tpusim_hlo::NameTable;
 use tpusim_hlo::{CompId, InstrId, Instruction, Module, Opcode};
 
 /// Rewrites every matching add; returns how many.
@@ -71,19 +72,12 @@ fn sums(m: &Module, ins: &Instruction) -> bool {
 
 /// Turns `x = add(a, b)` into `x = all-reduce(add(a's operand, b's operand))`
 /// with `a`'s attributes; `a` and `b` leave the computation.
-fn rewrite(
-    m: &mut Module,
-    c: CompId,
-    x: InstrId,
-    a: InstrId,
-    b: InstrId,
-    names: &mut rustc_hash::FxHashSet<String>,
-) {
+fn rewrite(m: &mut Module, c: CompId, x: InstrId, a: InstrId, b: InstrId, names: &mut NameTable) {
     let ar = m.instr(a).clone();
     let sum_operands = vec![ar.operands[0], m.instr(b).operands[0]];
     let add = m.instr(x).clone();
     let sum = Instruction {
-        name: fresh_name(names, &format!("{}.operands", add.name)),
+        name: names.fresh(&format!("{}.operands", add.name)),
         operands: sum_operands,
         ..add.clone()
     };

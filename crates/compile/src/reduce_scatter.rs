@@ -11,12 +11,13 @@
 //! the ops then run on the shard only.
 
 use crate::util::{
-    all_names, control_computations, fresh_name, group_size, push_instr, replace_all_uses,
-    replace_uses, resized, sort_attrs, topo_sort, users,
+    all_names, control_computations, group_size, push_instr, replace_all_uses, replace_uses,
+    resized, sort_attrs, topo_sort, users,
 };
 use crate::Changed;
 use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::literal::{Literal, LiteralData};
+use tpusim_hlo::NameTable;
 use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode};
 
 /// How far up an offset's operands the pass looks for the device id.
@@ -220,7 +221,7 @@ fn sink_slices_to_all_reduces(
     c: CompId,
     next_channel: &mut i64,
     gathers: &mut usize,
-    module_names: &mut Option<FxHashSet<String>>,
+    module_names: &mut Option<NameTable>,
 ) -> usize {
     let uses = users(m, c);
     let slices: Vec<InstrId> = m
@@ -268,7 +269,7 @@ fn sink_slices_to_all_reduces(
                 Instruction {
                     shape: resized(&ins.shape, s.dim, s.size),
                     operands,
-                    name: fresh_name(names, &format!("{}.shard", ins.name)),
+                    name: names.fresh(&format!("{}.shard", ins.name)),
                     ..ins
                 },
             );
@@ -425,7 +426,7 @@ impl Uniformity {
 /// `all-gather(shard)` along `dim` over `ar`'s groups, shaped like `full`.
 fn gather_instr(
     m: &mut Module,
-    names: &mut FxHashSet<String>,
+    names: &mut NameTable,
     ar: InstrId,
     shard: InstrId,
     full: InstrId,
@@ -452,7 +453,7 @@ fn gather_instr(
     sort_attrs(&mut attrs);
     let f = m.instr(full);
     let ins = Instruction {
-        name: fresh_name(names, &format!("{}.gathered", f.name)),
+        name: names.fresh(&format!("{}.gathered", f.name)),
         opcode: Opcode::AllGather,
         shape: f.shape.clone(),
         operands: vec![shard],
@@ -468,7 +469,7 @@ fn gather_instr(
 /// A dynamic-slice of `of` described by `s`, named and placed like `like`.
 fn slice_instr(
     m: &mut Module,
-    names: &mut FxHashSet<String>,
+    names: &mut NameTable,
     like: InstrId,
     of: InstrId,
     s: OneDimSlice,
@@ -484,7 +485,7 @@ fn slice_instr(
     operands.extend((0..rank).map(|d| if d == s.dim { s.offset } else { zero }));
     let l = m.instr(like);
     let ins = Instruction {
-        name: fresh_name(names, &l.name),
+        name: names.fresh(&l.name),
         opcode: Opcode::DynamicSlice,
         shape,
         operands,

@@ -2,7 +2,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::attr::{print_rank, ReplicaGroups};
-use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Shape};
+use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, NameTable, Shape};
 
 /// Appends `ins` to the module's arena (not to any computation's order).
 pub(crate) fn push_instr(m: &mut Module, ins: Instruction) -> InstrId {
@@ -11,20 +11,8 @@ pub(crate) fn push_instr(m: &mut Module, ins: Instruction) -> InstrId {
     id
 }
 
-/// A fresh instruction named like `base` (`base`, `base.1`, ...), unique in `names`.
-pub(crate) fn fresh_name(names: &mut FxHashSet<String>, base: &str) -> String {
-    let mut candidate = base.to_string();
-    let mut k = 1u32;
-    while names.contains(&candidate) {
-        candidate = format!("{base}.{k}");
-        k += 1;
-    }
-    names.insert(candidate.clone());
-    candidate
-}
-
 /// Every instruction name in the module (names are module-unique in HLO).
-pub(crate) fn all_names(m: &Module) -> FxHashSet<String> {
+pub(crate) fn all_names(m: &Module) -> NameTable {
     m.instrs.iter().map(|i| i.name.clone()).collect()
 }
 

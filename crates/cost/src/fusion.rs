@@ -71,7 +71,7 @@ fn param_bytes(m: &Module, users: &Users, param: InstrId) -> f32 {
     leaf_indices(&m.instr(param).shape, &mut Vec::new(), &mut |index| {
         let mut at = param;
         for &k in index {
-            let gte = users[at.index()].iter().copied().find(|&u| {
+            let gte = users[at].iter().copied().find(|&u| {
                 let ui = m.instr(u);
                 ui.opcode == Opcode::GetTupleElement && ui.attr_int("index") == Some(k)
             });
@@ -103,7 +103,7 @@ fn read_bytes(m: &Module, users: &Users, hlo: InstrId) -> f32 {
     let own = shape_size(&m.instr(hlo).shape);
     let mut size = 0.0;
     let mut shared = false;
-    for &u in &users[hlo.index()] {
+    for &u in &users[hlo] {
         let ui = m.instr(u);
         size += match ui.opcode {
             Opcode::Fusion => nested_fusion_reads(m, users, u, hlo),
@@ -151,7 +151,7 @@ fn nested_fusion_reads(m: &Module, users: &Users, fusion: InstrId, hlo: InstrId)
         };
         let simple = root.operands.first().is_none_or(|&r| r == param);
         let mut shared = false;
-        for &fu in &users[fusion.index()] {
+        for &fu in &users[fusion] {
             let windowed = matches!(
                 m.instr(fu).opcode,
                 Opcode::Slice | Opcode::DynamicSlice | Opcode::DynamicUpdateSlice

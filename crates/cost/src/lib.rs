@@ -112,7 +112,7 @@ fn post_order(m: &Module, c: CompId) -> Vec<InstrId> {
         FxHashSet::with_capacity_and_hasher(comp.instrs.len(), Default::default());
     let mut out = Vec::with_capacity(comp.instrs.len());
     for &id in &comp.instrs {
-        if users[id.index()].is_empty() && id != comp.root {
+        if users[id].is_empty() && id != comp.root {
             dfs(m, id, &mut seen, &mut out);
         }
     }
@@ -140,26 +140,17 @@ fn dfs(m: &Module, start: InstrId, seen: &mut FxHashSet<InstrId>, out: &mut Vec<
 }
 
 /// Users of each instruction of `c` (each user once, in text order), indexed
-/// by instruction index (`users[id.index()]`; empty for instructions without users).
+/// by instruction (`users[id]`; empty for instructions without users).
 pub(crate) fn users_in(m: &Module, c: CompId) -> Users {
-    let mut users: FxHashMap<usize, Vec<InstrId>> = FxHashMap::default();
-    for &id in &m.comp(c).instrs {
-        for &op in &m.instr(id).operands {
-            let u = users.entry(op.index()).or_default();
-            if u.last() != Some(&id) {
-                u.push(id);
-            }
-        }
-    }
-    Users(users)
+    Users(tpusim_hlo::passes::distinct_users(m, c))
 }
 
 /// Users per instruction of one computation (see [`users_in`]).
-pub(crate) struct Users(FxHashMap<usize, Vec<InstrId>>);
+pub(crate) struct Users(FxHashMap<InstrId, Vec<InstrId>>);
 
-impl std::ops::Index<usize> for Users {
+impl std::ops::Index<InstrId> for Users {
     type Output = [InstrId];
-    fn index(&self, instr: usize) -> &[InstrId] {
+    fn index(&self, instr: InstrId) -> &[InstrId] {
         self.0.get(&instr).map_or(&[], Vec::as_slice)
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::attr::{Attr, AttrValue};
 use crate::ir::{CompId, Computation, InstrId, Instruction, Module};
+use crate::names::NameTable;
 use crate::opcode::{OpCategory, Opcode};
 use crate::shape::Shape;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -40,7 +41,7 @@ pub struct FusionStats {
 /// appended), so analyses of the original module can be looked up by id.
 pub fn fuse(m: &mut Module) -> FusionStats {
     let mut stats = FusionStats::default();
-    let mut comp_names: FxHashSet<String> = m.comps.iter().map(|c| c.name.clone()).collect();
+    let mut comp_names: NameTable = m.comps.iter().map(|c| c.name.clone()).collect();
     for c in control_computations(m) {
         fuse_computation(m, c, &mut comp_names, &mut stats);
     }
@@ -132,14 +133,17 @@ pub fn inline_calls(m: &mut Module) -> InlineStats {
 fn inline_all(m: &mut Module, opcode: Opcode, attr: &str) -> (usize, usize) {
     let (mut inlined, mut left) = (0, 0);
     let bound = m.instrs.len().saturating_mul(8).saturating_add(100_000);
-    let mut names: FxHashSet<String> = m.instrs.iter().map(|i| i.name.clone()).collect();
+    let mut names: NameTable = m.instrs.iter().map(|i| i.name.clone()).collect();
     loop {
         let sites: Vec<InstrId> = control_computations(m)
             .into_iter()
             .flat_map(|c| m.comp(c).instrs.clone())
             .filter(|&i| m.instr(i).opcode == opcode && !has_control_deps(m.instr(i)))
             .collect();
-        let mut progressed = false;
+        // Sites grouped by caller, in text order: each caller is rewritten
+        // once per round, however many of its calls are inlined.
+        let mut by_caller: Vec<(CompId, Vec<(InstrId, CompId)>)> = Vec::new();
+        let mut grown = m.instrs.len();
         for site in sites {
             let Some(callee) = m.instr(site).attr_comp(attr) else {
                 continue;
@@ -147,16 +151,23 @@ fn inline_all(m: &mut Module, opcode: Opcode, attr: &str) -> (usize, usize) {
             if m.comp(callee).params.len() != m.instr(site).operands.len() {
                 continue;
             }
-            if m.instrs.len().saturating_add(m.comp(callee).instrs.len()) > bound {
+            grown = grown.saturating_add(m.comp(callee).instrs.len());
+            if grown > bound {
                 left += 1;
                 continue;
             }
-            inline_one(m, site, callee, &mut names);
-            inlined += 1;
-            progressed = true;
+            let caller = m.instr(site).parent;
+            match by_caller.last_mut() {
+                Some((c, v)) if *c == caller => v.push((site, callee)),
+                _ => by_caller.push((caller, vec![(site, callee)])),
+            }
         }
-        if !progressed {
+        if by_caller.is_empty() {
             return (inlined, left);
+        }
+        for (caller, sites) in by_caller {
+            inlined += sites.len();
+            inline_into(m, caller, &sites, &mut names);
         }
     }
 }
@@ -314,11 +325,59 @@ fn record_trip_count(m: &Module, original: InstrId, clone: &mut Instruction) {
 }
 
 /// Replaces `call` (in its computation) by a copy of `callee`'s instructions.
-fn inline_one(m: &mut Module, call: InstrId, callee: CompId, names: &mut FxHashSet<String>) {
-    let caller = m.instr(call).parent;
-    let args = m.instr(call).operands.clone();
+/// Replaces each `(call, callee)` of `sites` (all in computation `caller`)
+/// by a copy of the callee's instructions, in one pass over the caller:
+/// uses of a call become uses of its copied root.
+fn inline_into(m: &mut Module, caller: CompId, sites: &[(InstrId, CompId)], names: &mut NameTable) {
+    let callee_of: FxHashMap<InstrId, CompId> = sites.iter().copied().collect();
+    // A call's result -> the instruction that now computes it.
+    let mut replaced: FxHashMap<InstrId, InstrId> = FxHashMap::default();
+    let mut order = Vec::with_capacity(m.comp(caller).instrs.len());
+    for i in m.comp(caller).instrs.clone() {
+        let Some(&callee) = callee_of.get(&i) else {
+            order.push(i);
+            continue;
+        };
+        let args: Vec<InstrId> = m
+            .instr(i)
+            .operands
+            .iter()
+            .map(|o| replaced.get(o).copied().unwrap_or(*o))
+            .collect();
+        let root = copy_body(m, caller, callee, &args, names, &mut order);
+        replaced.insert(i, root);
+    }
+    let resolve = |o: &mut InstrId| *o = replaced.get(o).copied().unwrap_or(*o);
+    for &i in &order {
+        let ins = &mut m.instrs[i.index()];
+        ins.operands.iter_mut().for_each(resolve);
+        if let Some(AttrValue::Instrs(v)) = ins
+            .attrs
+            .iter_mut()
+            .find(|a| a.name == "control-predecessors")
+            .map(|a| &mut a.value)
+        {
+            v.iter_mut().for_each(resolve);
+        }
+    }
+    let comp = &mut m.comps[caller.index()];
+    if let Some(&root) = replaced.get(&comp.root) {
+        comp.root = root;
+    }
+    comp.instrs = order;
+}
+
+/// Appends to `order` copies (parented to `caller`) of `callee`'s
+/// instructions, its parameters bound to `args`; returns what its root became.
+fn copy_body(
+    m: &mut Module,
+    caller: CompId,
+    callee: CompId,
+    args: &[InstrId],
+    names: &mut NameTable,
+    order: &mut Vec<InstrId>,
+) -> InstrId {
     let mut remap: FxHashMap<InstrId, InstrId> = FxHashMap::default();
-    let mut body = Vec::new();
     for &i in &m.comp(callee).instrs.clone() {
         let src = m.instr(i);
         if let Some(n) = src.parameter_number {
@@ -329,7 +388,7 @@ fn inline_one(m: &mut Module, call: InstrId, callee: CompId, names: &mut FxHashS
         }
         let mut clone = src.clone();
         clone.parent = caller;
-        clone.name = unique(&src.name, names);
+        clone.name = names.fresh(&src.name);
         record_trip_count(m, i, &mut clone);
         for o in clone.operands.iter_mut() {
             *o = remap.get(o).copied().unwrap_or(*o);
@@ -342,38 +401,10 @@ fn inline_one(m: &mut Module, call: InstrId, callee: CompId, names: &mut FxHashS
         }
         let id = push(m, clone);
         remap.insert(i, id);
-        body.push(id);
+        order.push(id);
     }
-    let root = remap
-        .get(&m.comp(callee).root)
-        .copied()
-        .unwrap_or(m.comp(callee).root);
-    for &i in &m.comp(caller).instrs.clone() {
-        for o in m.instrs[i.index()].operands.iter_mut() {
-            if *o == call {
-                *o = root;
-            }
-        }
-        if let Some(AttrValue::Instrs(v)) = m.instrs[i.index()]
-            .attrs
-            .iter_mut()
-            .find(|a| a.name == "control-predecessors")
-            .map(|a| &mut a.value)
-        {
-            v.iter_mut().filter(|o| **o == call).for_each(|o| *o = root);
-        }
-    }
-    let comp = &mut m.comps[caller.index()];
-    if comp.root == call {
-        comp.root = root;
-    }
-    let at = comp
-        .instrs
-        .iter()
-        .position(|&i| i == call)
-        .unwrap_or(comp.instrs.len());
-    comp.instrs
-        .splice(at..(at + 1).min(comp.instrs.len()), body);
+    let root = m.comp(callee).root;
+    remap.get(&root).copied().unwrap_or(root)
 }
 
 /// Computations that run as programs (entry, loop bodies and conditions,
@@ -509,14 +540,14 @@ fn has_control_deps(ins: &Instruction) -> bool {
 fn fuse_computation(
     m: &mut Module,
     c: CompId,
-    comp_names: &mut FxHashSet<String>,
+    comp_names: &mut NameTable,
     stats: &mut FusionStats,
 ) {
     let groups = plan_groups(m, c);
     if groups.is_empty() {
         return;
     }
-    let mut instr_names: FxHashSet<String> = m
+    let mut instr_names: NameTable = m
         .comp(c)
         .instrs
         .iter()
@@ -571,9 +602,9 @@ fn tuple_element(
     tuple: InstrId,
     index: usize,
     shape: Shape,
-    names: &mut FxHashSet<String>,
+    names: &mut NameTable,
 ) -> InstrId {
-    let name = unique(&format!("{}.{index}", m.instr(tuple).name), names);
+    let name = names.fresh(&format!("{}.{index}", m.instr(tuple).name));
     push(
         m,
         Instruction {
@@ -737,6 +768,22 @@ fn reduces_over(m: &Module, root: InstrId, p: InstrId) -> bool {
         && m.instr(p).shape.as_array().is_some()
 }
 
+/// Users of each instruction of computation `c`, each user once, in text
+/// order (one pass over the computation: a walk that scanned the whole
+/// computation per value would be quadratic in long chains).
+pub fn distinct_users(m: &Module, c: CompId) -> FxHashMap<InstrId, Vec<InstrId>> {
+    let mut users: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
+    for &id in &m.comp(c).instrs {
+        for &op in &m.instr(id).operands {
+            let u = users.entry(op).or_default();
+            if u.last() != Some(&id) {
+                u.push(id);
+            }
+        }
+    }
+    users
+}
+
 /// Users of each instruction within the computation (operands only).
 fn users_in(m: &Module, comp: &Computation) -> FxHashMap<InstrId, Vec<InstrId>> {
     let mut users: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
@@ -756,8 +803,8 @@ fn outline(
     c: CompId,
     group: &[InstrId],
     extra_output: Option<InstrId>,
-    comp_names: &mut FxHashSet<String>,
-    instr_names: &mut FxHashSet<String>,
+    comp_names: &mut NameTable,
+    instr_names: &mut NameTable,
 ) -> InstrId {
     let root = *group.last().expect("non-empty group");
     let members: FxHashSet<InstrId> = group.iter().copied().collect();
@@ -826,7 +873,7 @@ fn outline(
         body.push(fused_root);
     }
     m.comps.push(Computation {
-        name: unique(&format!("fused_{root_name}.{caller_name}"), comp_names),
+        name: comp_names.fresh(&format!("fused_{root_name}.{caller_name}")),
         instrs: body,
         root: fused_root,
         params,
@@ -837,7 +884,7 @@ fn outline(
     let fusion = push(
         m,
         Instruction {
-            name: unique(&format!("{root_name}.fusion"), instr_names),
+            name: instr_names.fresh(&format!("{root_name}.fusion")),
             opcode: Opcode::Fusion,
             shape,
             operands: inputs,
@@ -918,18 +965,4 @@ fn rewire_caller(
         comp.root = f;
     }
     comp.instrs = new;
-}
-
-/// `base`, or `base.1`, `base.2`... whichever is free; records the choice.
-fn unique(base: &str, taken: &mut FxHashSet<String>) -> String {
-    let name = if taken.contains(base) {
-        (1..)
-            .map(|k| format!("{base}.{k}"))
-            .find(|n| !taken.contains(n))
-            .expect("some name is free")
-    } else {
-        base.to_string()
-    };
-    taken.insert(name.clone());
-    name
 }

@@ -306,11 +306,12 @@ impl Mem {
                 .fold(0, u64::saturating_add)
         };
         let peak_seq = self.peak_seq;
+        let mut leaves = HashMap::new();
         let mut peak_buffers: Vec<LiveBuffer> = self
             .bufs
             .iter()
             .filter(|b| b.bytes > 0 && b.alloc_seq <= peak_seq && b.free_seq > peak_seq)
-            .map(|b| live_buffer(m, b))
+            .map(|b| live_buffer(m, b, &mut leaves))
             .collect();
         peak_buffers.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
         let capacity = chip.memory.hbm_bytes;
@@ -330,7 +331,7 @@ impl Mem {
             .filter(|b| b.bytes > 0)
             .take(MAX_ALLOCATIONS)
             .map(|b| Allocation {
-                buffer: live_buffer(m, b),
+                buffer: live_buffer(m, b, &mut leaves),
                 alloc_s: b.alloc_s,
                 free_s: b.free_s,
             })
@@ -351,10 +352,19 @@ impl Mem {
     }
 }
 
-fn live_buffer(m: &Module, b: &Buf) -> LiveBuffer {
+/// Describes buffer `b`; `leaves` caches each instruction's leaf shapes, so
+/// describing all buffers of a 20k-element tuple stays linear.
+fn live_buffer<'m>(
+    m: &'m Module,
+    b: &Buf,
+    leaves: &mut HashMap<InstrId, Vec<&'m Shape>>,
+) -> LiveBuffer {
     let ins = m.instr(b.instr);
-    let mut leaves = Vec::new();
-    leaf_shapes(&ins.shape, &mut leaves);
+    let leaves = leaves.entry(b.instr).or_insert_with(|| {
+        let mut v = Vec::new();
+        leaf_refs(&ins.shape, &mut v);
+        v
+    });
     let mut shape = String::new();
     if let Some(s) = leaves.get(b.leaf as usize) {
         tpusim_hlo::shape::write_shape(&mut shape, s, false);
@@ -369,6 +379,14 @@ fn live_buffer(m: &Module, b: &Buf) -> LiveBuffer {
         shape,
         bytes: b.bytes,
         kind: b.kind,
+    }
+}
+
+/// The leaves of a shape in [`leaf_shapes`] order, borrowed.
+fn leaf_refs<'s>(s: &'s Shape, out: &mut Vec<&'s Shape>) {
+    match s {
+        Shape::Tuple(t) => t.iter().for_each(|e| leaf_refs(e, out)),
+        _ => out.push(s),
     }
 }
 

@@ -624,16 +624,13 @@ fn sliced_read(m: &Module, id: InstrId, k: usize) -> Option<f64> {
     let comp = m.comp(*ins.called_computations().first()?);
     let param = *comp.params.get(k)?;
     let param_bytes = m.instr(param).shape.element_type()?.byte_size() as f64;
+    let users = tpusim_hlo::passes::distinct_users(m, *ins.called_computations().first()?);
     let mut total = 0.0;
     let mut sliced_any = false;
     let mut frontier = vec![param];
     while let Some(v) = frontier.pop() {
         let scale = param_bytes / m.instr(v).shape.element_type()?.byte_size().max(1) as f64;
-        for &j in comp
-            .instrs
-            .iter()
-            .filter(|&&j| m.instr(j).operands.contains(&v))
-        {
+        for &j in users.get(&v).map_or(&[][..], Vec::as_slice) {
             let u = m.instr(j);
             if slicing(u.opcode) && u.operands.first() == Some(&v) {
                 total += shape_tiled_bytes(&u.shape, lanes) * scale;
