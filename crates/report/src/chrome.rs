@@ -98,8 +98,12 @@ pub struct ChromeTrace {
 impl ChromeTrace {
     /// Writes the trace as gzipped JSON (`trace.json.gz`).
     pub fn write_gz<W: Write>(&self, w: W) -> Result<(), ReportError> {
-        let mut gz = GzEncoder::new(std::io::BufWriter::new(w), Compression::default());
-        serde_json::to_writer(&mut gz, self)?;
+        // The JSON writer makes many tiny writes; each call into the
+        // encoder prepares a whole output buffer, so they are batched first.
+        let gz = GzEncoder::new(std::io::BufWriter::new(w), Compression::default());
+        let mut json = std::io::BufWriter::with_capacity(1 << 16, gz);
+        serde_json::to_writer(&mut json, self)?;
+        let gz = json.into_inner().map_err(|e| e.into_error())?;
         gz.finish()?.flush()?;
         Ok(())
     }
