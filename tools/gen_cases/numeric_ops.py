@@ -388,6 +388,190 @@ def _():
     return f, [a, bad, b, ac, bc], {"lapack": True}
 
 
+# ---------------------------------------------------------------- decompositions
+# LU, QR, SVD, eigh and eig lower to jaxlib's LAPACK custom calls on CPU
+# (getrf, geqrf + orgqr/ungqr, gesdd, syevd/heevd, geev) and, lowered for TPU,
+# to LuDecomposition, Qr, ProductOfElementaryHouseholderReflectors and Eigh
+# (SVD becomes a QDWH program around Qr and Eigh; eig has no TPU lowering).
+# The *_tpu cases' pre.hlo is the TPU lowering, checked against the CPU result.
+# LU and QR outputs are determined (LAPACK's pivoting and Householder
+# conventions) and so are singular values and eigenvalues: those are compared.
+# Singular and eigenvectors are defined up to sign or phase, so the programs
+# return predicates checking them instead: reconstruction and orthonormality
+# within TOL_ULPS * n * eps (relative), which a wrong vector fails by far.
+# eig's eigenvalue order is LAPACK's own: the programs return the sorted real
+# and sorted imaginary parts, which do not depend on it.
+
+F64, C128 = np.float64, np.complex128
+TOL_ULPS = 200
+
+
+def mats(shape, rank_deficient=False):
+    """One matrix of each of f32, f64, c64, c128 (the last two dims `shape`)."""
+    out = []
+    for dt in (F32, F64, C64, C128):
+        a = rnd(shape, dt)
+        if rank_deficient:
+            a[..., :, -1] = a[..., :, 0] + a[..., :, 1]
+        out.append(a)
+    return out
+
+
+def _eps(x):
+    return jnp.finfo(x.dtype).eps
+
+
+def _adj(x):
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
+def _close(x, y, scale, n):
+    """max |x - y| <= TOL_ULPS * n * eps * scale (scale: the matrices' size)."""
+    tol = TOL_ULPS * n * _eps(jnp.real(x)) * scale
+    return jnp.max(jnp.abs(x - y)) <= jnp.max(tol)
+
+
+def _orthonormal(q, n):
+    k = q.shape[-1]
+    return _close(_adj(q) @ q, jnp.eye(k, dtype=q.dtype), 1.0, n)
+
+
+def _norm(a):
+    return jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True) * a.shape[-1]
+
+
+def lu_outputs(a):
+    lu, piv, perm = lax.linalg.lu(a)
+    return lu, piv, perm
+
+
+def qr_outputs(a):
+    q, r = jnp.linalg.qr(a)
+    qc, rc = jnp.linalg.qr(a, mode="complete")
+    packed, taus = lax_linalg.geqrf(a)
+    return q, r, qc, rc, packed, taus
+
+
+def svd_outputs(a, full):
+    u, s, vh = jnp.linalg.svd(a, full_matrices=full)
+    k = min(a.shape[-2:])
+    n = max(a.shape[-2:])
+    recon = (u[..., :, :k] * s[..., None, :].astype(a.dtype)) @ vh[..., :k, :]
+    return (s, jnp.linalg.svd(a, compute_uv=False), _close(recon, a, _norm(a), n),
+            _orthonormal(u, n), _orthonormal(_adj(vh), n))
+
+
+def eigh_outputs(a):
+    h = (a + _adj(a)) / 2
+    w, v = jnp.linalg.eigh(h)
+    n = a.shape[-1]
+    recon = (v * w[..., None, :].astype(a.dtype)) @ _adj(v)
+    return w, jnp.linalg.eigvalsh(h), _close(recon, h, _norm(h), n), _orthonormal(v, n)
+
+
+def eig_outputs(a):
+    w, vl, vr = lax.linalg.eig(a, compute_left_eigenvectors=True)
+    n = a.shape[-1]
+    ac = a.astype(w.dtype)
+    right = _close(ac @ vr, vr * w[..., None, :], _norm(a), n)
+    left = _close(_adj(vl) @ ac, w[..., :, None] * _adj(vl), _norm(a), n)
+    unit = _close(jnp.sum(jnp.abs(vr) ** 2, axis=-2), 1.0, 1.0, n)
+    return jnp.sort(w.real, axis=-1), jnp.sort(w.imag, axis=-1), right, left, unit
+
+
+def per_matrix(fn, *args):
+    return lambda *xs: tuple(fn(x, *args) for x in xs)
+
+
+def singular(dt):
+    # Zero pivots in the first two columns: getrf's info > 0 (LU stays unscaled there).
+    return arr([[0, 0, 1, 2], [0, 0, 2, 1], [1, 2, 3, 4], [2, 4, 6, 1]], dt)
+
+
+@case("lu", "LAPACK getrf (lax.linalg.lu, jnp.linalg.solve/det/inv): f32/f64/c64/c128, batched, tall, wide, singular")
+def _():
+    ins = mats((2, 3, 3)) + [rnd((5, 3), F64), rnd((3, 5), C64), singular(F64), singular(C128),
+                               arr([[1, 2], [1, 2]], F32)]
+    b = rnd((2, 3, 1), F64)
+
+    def f(*xs):
+        outs = tuple(lu_outputs(x) for x in xs[:-1])
+        return outs, jnp.linalg.solve(xs[1], xs[-1]), jnp.linalg.det(xs[1]), jnp.linalg.inv(xs[3])
+    return f, ins + [b]
+
+
+@case("lu_tpu", "TPU LuDecomposition (0-based pivots, permutation) against the CPU result",)
+def _():
+    ins = mats((2, 3, 3)) + [rnd((5, 3), F64), rnd((3, 5), C64), singular(F64)]
+    return per_matrix(lu_outputs), ins, {"pre_platform": "tpu"}
+
+
+@case("qr", "LAPACK geqrf + orgqr/ungqr (jnp.linalg.qr reduced/complete, geqrf): all types, batched, tall, wide, rank-deficient, zero column")
+def _():
+    zero_col = rnd((4, 3), F64)
+    zero_col[:, 0] = 0.0
+    # Rank deficient through a zero middle column: its reflector is tau = 0 exactly.
+    # (A column that is only numerically dependent leaves rounding noise for the
+    # later reflectors, which no two implementations share.)
+    deficient = [rnd((4, 3), dt) for dt in (F32, C64)]
+    for d in deficient:
+        d[:, 1] = 0
+    ins = mats((2, 3, 3)) + [rnd((5, 3), F32), rnd((3, 5), C128), zero_col] + deficient
+    return per_matrix(qr_outputs), ins
+
+
+@case("qr_tpu", "TPU Qr + ProductOfElementaryHouseholderReflectors against the CPU result")
+def _():
+    zero_col = rnd((4, 3), F64)
+    zero_col[:, 0] = 0.0
+    ins = mats((2, 3, 3)) + [rnd((5, 3), F32), rnd((3, 5), C128), zero_col]
+    return per_matrix(qr_outputs), ins, {"pre_platform": "tpu"}
+
+
+def svd_case(platform=None):
+    ins = mats((2, 4, 3)) + [rnd((3, 5), F64), rnd((3, 5), C64)] + mats((4, 4), True)[1:3]
+    if platform:  # each SVD is a whole QDWH program there: fewer matrices
+        ins = [ins[0], ins[3], ins[4], ins[6]]
+
+    def f(*xs):
+        return tuple(svd_outputs(x, full) for x in xs for full in (True, False))
+    return f, ins, ({"pre_platform": platform} if platform else {})
+
+
+@case("svd", "LAPACK gesdd (jnp.linalg.svd full/thin, values only): all types, batched, tall, wide, rank-deficient")
+def _():
+    return svd_case()
+
+
+@case("svd_tpu", "SVD lowered for TPU (QDWH over Qr, Householder products and Eigh) against the CPU result")
+def _():
+    return svd_case("tpu")
+
+
+def eigh_case(platform=None):
+    repeated = np.eye(4) + np.outer(np.ones(4), np.ones(4))  # eigenvalues 1, 1, 1, 5
+    ins = mats((2, 4, 4)) + [repeated, rnd((3, 3), C128)]
+    return per_matrix(eigh_outputs), ins, ({"pre_platform": platform} if platform else {})
+
+
+@case("eigh", "LAPACK syevd/heevd (jnp.linalg.eigh, eigvalsh): all types, batched, repeated eigenvalues")
+def _():
+    return eigh_case()
+
+
+@case("eigh_tpu", "TPU Eigh against the CPU result")
+def _():
+    return eigh_case("tpu")
+
+
+@case("eig", "LAPACK geev (lax.linalg.eig with left and right vectors): all types, batched, complex pairs, rank one")
+def _():
+    rot = arr([[0, -2, 0], [2, 0, 0], [0, 0, 3]], F64)  # eigenvalues ±2i, 3
+    r1 = np.outer(rnd((4,), F64), rnd((4,), F64))       # rank one: 0, 0, 0, v·u
+    ins = mats((2, 3, 3)) + [rot, r1]
+    return per_matrix(eig_outputs), ins
+
+
 # ---------------------------------------------------------------- convolution
 
 def conv(lhs, rhs, **kw):

@@ -344,8 +344,8 @@ impl<'m> Interp<'m> {
                 ) || target.starts_with("xla.sdy.");
                 if identity && ops.len() == 1 {
                     Ok(ops[0].clone())
-                } else if more_ops::is_lapack_target(target) {
-                    more_ops::lapack_call(self, id, target, ops)
+                } else if crate::lapack::is_linalg_target(target) {
+                    crate::lapack::call(self, id, target, ops)
                 } else if target == "TopK" {
                     crate::index_ops::topk_custom_call(self, id, ops).map(Rc::new)
                 } else {

@@ -12,7 +12,7 @@ fn internal(msg: impl Into<String>) -> InterpError {
     InterpError::Internal(msg.into())
 }
 
-fn to_complex(a: &Array) -> Result<Vec<C>, InterpError> {
+pub(crate) fn to_complex(a: &Array) -> Result<Vec<C>, InterpError> {
     match &a.data {
         Data::C64(v) => Ok(v.iter().map(|&(r, i)| C::new(r as f64, i as f64)).collect()),
         Data::C128(v) => Ok(v.iter().map(|&(r, i)| C::new(r, i)).collect()),
@@ -24,7 +24,7 @@ fn to_complex(a: &Array) -> Result<Vec<C>, InterpError> {
     }
 }
 
-fn from_complex(ty: T, dims: Vec<usize>, v: &[C]) -> Array {
+pub(crate) fn from_complex(ty: T, dims: Vec<usize>, v: &[C]) -> Array {
     if ty == T::C64 {
         Array::new(
             ty,

@@ -1,6 +1,7 @@
 //! Hand-checked semantics of the ops JAX does not emit (so the generated reference
 //! cases cannot cover them): mulhi, stochastic-convert, batch norm, async and copy
-//! wrappers, host I/O errors, and reduce-precision corner cases.
+//! wrappers, host I/O errors, reduce-precision corner cases, and the linear-algebra
+//! custom calls on empty, singular, NaN and mis-shaped input.
 
 use tpusim_interp::{Array, Data};
 
@@ -222,4 +223,47 @@ fn complex_convolution_multiplies_complex_taps() {
 }",
     );
     assert_eq!(a[0].data, Data::C64(vec![(0.0, 0.0), (-1.0, 2.0)]));
+}
+
+#[test]
+fn linalg_custom_calls_take_empty_singular_and_non_finite_matrices() {
+    // getrf of an empty matrix: nothing to pivot.
+    let empty = arrays(
+        "ENTRY e {\n  a = f32[2,0,3] constant({{}, {}})\n  \
+         ROOT r = (f32[2,0,3], s32[2,0], s32[2]) custom-call(a), custom_call_target=\"lapack_sgetrf_ffi\"\n}",
+    );
+    assert_eq!(ints(&empty[2]), vec![0, 0]);
+    // A zero second pivot: info = 2, that column left unscaled.
+    let lu = arrays(
+        "ENTRY e {\n  a = f64[2,2] constant({{1, 2}, {2, 4}})\n  \
+         ROOT r = (f64[2,2], s32[2], s32[]) custom-call(a), custom_call_target=\"lapack_dgetrf_ffi\"\n}",
+    );
+    assert_eq!(lu[0].to_f64s(), vec![2.0, 4.0, 0.5, 0.0]);
+    assert_eq!((ints(&lu[1]), ints(&lu[2])), (vec![2, 2], vec![2]));
+    // gesdd of a NaN matrix reports LAPACK's info = -4 and NaN values.
+    let svd = arrays(
+        "ENTRY e {\n  a = f32[2,2] constant({{nan, 1}, {1, 2}})\n  \
+         ROOT r = (f32[2,2], f32[2], f32[2,2], f32[2,2], s32[]) custom-call(a), \
+         custom_call_target=\"lapack_sgesdd_ffi\", backend_config={mode = 65 : ui8}\n}",
+    );
+    assert!(svd[1].to_f64s().iter().all(|x| x.is_nan()));
+    assert_eq!(ints(&svd[4]), vec![-4]);
+}
+
+#[test]
+fn linalg_custom_calls_with_mismatched_shapes_are_errors() {
+    let bad = [
+        // Taus longer than the matrix has columns.
+        "ENTRY e {\n  a = f32[3,2] constant({{1, 2}, {3, 4}, {5, 6}})\n  t = f32[3] constant({1, 1, 1})\n  \
+         ROOT q = f32[3,2] custom-call(a, t), custom_call_target=\"lapack_sorgqr_ffi\"\n}",
+        // A result that does not fit the operand.
+        "ENTRY e {\n  a = f32[2,2] constant({{1, 2}, {3, 4}})\n  \
+         ROOT r = (f32[2,2], f32[3]) custom-call(a), custom_call_target=\"Qr\"\n}",
+        // eigh of a non-square matrix.
+        "ENTRY e {\n  a = f32[2,3] constant({{1, 2, 3}, {3, 4, 5}})\n  \
+         ROOT r = (f32[2,3], f32[2]) custom-call(a), custom_call_target=\"Eigh\", backend_config=\"1,1,100,1e-6\"\n}",
+    ];
+    for body in bad {
+        assert!(run(body).is_err(), "{body}");
+    }
 }
