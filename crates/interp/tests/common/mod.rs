@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod compare;
+
 use tpusim_interp::{execute, Array, InterpError, Value};
 
 /// Executes `body` (computations, one of them ENTRY) as a module with no arguments.
