@@ -157,7 +157,7 @@ pub fn run(args: &Args) -> Result<bool> {
     let (partitioned, _) = input::partition_if_needed(m.clone())?;
     let m = &partitioned;
     let cap = args.max_memory.unwrap_or_else(memory::default_cap);
-    memory::check(m, cap)?;
+    memory::check_run(m, cap, unpartitioned.then_some(global_outputs.as_slice()))?;
     let shapes = if unpartitioned {
         global_shapes
     } else {
@@ -196,9 +196,15 @@ pub fn run(args: &Args) -> Result<bool> {
     let repeat = args.repeat.unwrap_or(1) as usize;
     let mut times = Vec::with_capacity(repeat);
     let mut results = Vec::new();
-    for _ in 0..repeat {
-        // Copying the inputs is I/O-side work: keep it out of the timed region.
-        let inputs = inputs.clone();
+    let mut inputs = Some(inputs);
+    for k in 0..repeat {
+        // Copying the inputs is I/O-side work: keep it out of the timed
+        // region. The last run takes them, so a single run holds one copy.
+        let inputs = if k + 1 == repeat {
+            inputs.take().unwrap_or_default()
+        } else {
+            inputs.clone().unwrap_or_default()
+        };
         let t = Instant::now();
         results = run_limited(m, inputs, &mut opts, args.timeout)?;
         times.push(t.elapsed().as_secs_f64());
@@ -232,7 +238,10 @@ fn summary(v: &Value) -> String {
         tpusim_interp::Data::Pred(x) => x.iter().take(SHOWN).map(|b| b.to_string()).collect(),
         tpusim_interp::Data::I64(x) => x.iter().take(SHOWN).map(|b| b.to_string()).collect(),
         tpusim_interp::Data::U64(x) => x.iter().take(SHOWN).map(|b| b.to_string()).collect(),
+        // Only the shown values are converted (a whole f64 copy of a large
+        // result would double the peak memory).
         _ => a
+            .prefix(SHOWN)
             .to_f64s()
             .iter()
             .take(SHOWN)

@@ -651,6 +651,86 @@ fn run_refuses_modules_over_the_memory_cap() {
     assert_eq!(o.status.code(), Some(1));
 }
 
+/// The estimate `run` checks against `--max-memory`, read from its refusal
+/// under a 1-byte cap.
+fn estimated_bytes(module: &str) -> u64 {
+    let o = tpusim(
+        &["run", "-", "--random-inputs", "1", "--max-memory", "1"],
+        Some(module),
+    );
+    let err = text(&o.stderr);
+    let about = err
+        .split("needs about ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no estimate in: {err}"));
+    assert!(
+        err.contains("needs about {about} MiB") || err.contains(" MiB ("),
+        "{err}"
+    );
+    (about * f64::from(1u32 << 20)) as u64
+}
+
+/// Peak resident memory of `tpusim ARGS` (reaped with `wait4`).
+#[cfg(target_os = "linux")]
+fn peak_rss_bytes(args: &[&str], stdin: &str) -> (i32, u64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tpusim"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run tpusim");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write module");
+    let mut status = 0;
+    // SAFETY: `rusage` is plain data that wait4 fills in; the pid is our child's.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32, "wait4 failed");
+    // ru_maxrss is in KiB on Linux.
+    (libc::WEXITSTATUS(status), usage.ru_maxrss as u64 * 1024)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn max_memory_bounds_the_real_peak() {
+    // One device, and eight devices on global arrays (shards, global inputs
+    // and the assembled output): random inputs, results printed and written.
+    let one = "HloModule one\n\nENTRY e {\n  p = f32[4096,4096] parameter(0)\n  ROOT n = f32[4096,4096] negate(p)\n}\n";
+    let eight = "HloModule eight, num_partitions=8\n\nENTRY e {\n  p = f32[512,4096] parameter(0), sharding={devices=[8,1]<=[8]}\n  ROOT n = f32[512,4096] negate(p), sharding={devices=[8,1]<=[8]}\n}\n";
+    let dir = std::env::temp_dir().join(format!("tpusim-rss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = dir.join("out.npz");
+    for module in [one, eight] {
+        let estimate = estimated_bytes(module);
+        let cap = estimate.to_string();
+        let mut args = vec!["run", "-", "--random-inputs", "1", "--max-memory", &cap];
+        for write in [false, true] {
+            if write {
+                args.extend(["--output", out.to_str().expect("utf-8 path")]);
+            }
+            let (code, rss) = peak_rss_bytes(&args, module);
+            assert_eq!(code, 0, "{args:?}");
+            // The process itself (code, allocator, threads) takes a few tens
+            // of MiB beside the arrays the estimate counts.
+            let slack = 48u64 << 20;
+            assert!(
+                rss <= estimate + slack,
+                "{args:?}: peak RSS {} MiB over the estimate {} MiB",
+                rss >> 20,
+                estimate >> 20
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Starts `tpusim ARGS` with its output captured.
 fn spawn_tpusim(args: &[&str]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_tpusim"))

@@ -89,8 +89,11 @@ pub struct MemoryEstimate {
     pub per_device_peak: u64,
     /// Entry parameters of one device (included in the peak).
     pub per_device_parameters: u64,
-    /// All devices together.
+    /// All devices together, plus `global_bytes`.
     pub total: u64,
+    /// Global input and output arrays held beside the devices' buffers by a
+    /// run on global arrays ([`check_run`]); 0 for [`estimate`].
+    pub global_bytes: u64,
     /// The largest single buffers: (instruction name, bytes), largest first.
     pub largest: Vec<(String, u64)>,
 }
@@ -130,6 +133,7 @@ pub fn estimate(m: &Module) -> MemoryEstimate {
         per_device_peak,
         per_device_parameters: params,
         total: per_device_peak.saturating_mul(devices),
+        global_bytes: 0,
         largest,
     }
 }
@@ -137,15 +141,97 @@ pub fn estimate(m: &Module) -> MemoryEstimate {
 /// Fails with [`InterpError::MemoryLimit`] when the estimate exceeds `cap`,
 /// naming the largest buffers; returns the estimate otherwise.
 pub fn check(m: &Module, cap: u64) -> Result<MemoryEstimate, InterpError> {
-    let e = estimate(m);
+    check_with_global_arrays(m, cap, 0)
+}
+
+/// [`check`] for a run on global arrays (`tpusim run`, `tpusim.run`): on
+/// several devices the global inputs stay held while their shards run and
+/// the global outputs are assembled from the result shards, so both are
+/// added to the devices' peaks. `global_outputs` are the outputs' global
+/// dims when known (an unpartitioned module); otherwise every device's
+/// outputs are counted, an upper bound on what is assembled. The working set
+/// of splitting and assembling is added too ([`split_working_set`]).
+pub fn check_run(
+    m: &Module,
+    cap: u64,
+    global_outputs: Option<&[Vec<usize>]>,
+) -> Result<MemoryEstimate, InterpError> {
+    if crate::spmd::simulated_devices(m) <= 1 {
+        return check(m, cap);
+    }
+    let inputs: u64 = crate::spmd::global_parameter_shapes(m)?
+        .iter()
+        .map(storage_bytes)
+        .fold(0, u64::saturating_add);
+    let root = &m.instr(m.entry().root).shape;
+    let outputs = match global_outputs {
+        Some(dims) => root
+            .leaves()
+            .iter()
+            .zip(dims)
+            .map(|(a, d)| {
+                d.iter()
+                    .try_fold(1u64, |n, &k| n.checked_mul(k as u64))
+                    .and_then(|n| n.checked_mul(storage_bytes_per_element(a.ty)))
+                    .unwrap_or(u64::MAX)
+            })
+            .fold(0, u64::saturating_add),
+        None => storage_bytes(root).saturating_mul(crate::spmd::simulated_devices(m).max(1)),
+    };
+    check_with_global_arrays(
+        m,
+        cap,
+        inputs
+            .saturating_add(outputs)
+            .saturating_add(split_working_set(m)),
+    )
+}
+
+/// Bytes splitting a global array into shards, or assembling one, holds
+/// beside the arrays: the element positions of one shard in the shard and
+/// in the global array (8 bytes each) and a copy of its values, for the
+/// largest shard among the entry parameters and outputs.
+fn split_working_set(m: &Module) -> u64 {
+    let entry = m.entry();
+    entry
+        .params
+        .iter()
+        .map(|&p| &m.instr(p).shape)
+        .chain(std::iter::once(&m.instr(entry.root).shape))
+        .flat_map(|s| s.leaves())
+        .map(|a| {
+            let elems = a
+                .dims
+                .iter()
+                .try_fold(1u64, |n, &d| n.checked_mul(d.max(0) as u64))
+                .unwrap_or(u64::MAX);
+            elems.saturating_mul(16u64.saturating_add(storage_bytes_per_element(a.ty)))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn check_with_global_arrays(
+    m: &Module,
+    cap: u64,
+    global_bytes: u64,
+) -> Result<MemoryEstimate, InterpError> {
+    let mut e = estimate(m);
+    e.global_bytes = global_bytes;
+    e.total = e.total.saturating_add(global_bytes);
     if e.total > cap {
         let names: Vec<String> = e
             .largest
             .iter()
             .map(|(n, b)| format!("'{n}' {}", human(*b)))
             .collect();
+        let global = if global_bytes > 0 {
+            format!(" + {} of global inputs and outputs", human(global_bytes))
+        } else {
+            String::new()
+        };
         return Err(InterpError::MemoryLimit(format!(
-            "running this module needs about {} ({} device(s) × {} peak), over the memory limit of {}; largest buffers: {}",
+            "running this module needs about {} ({} device(s) × {} peak{global}), over the memory limit of {}; largest buffers: {}",
             human(e.total),
             e.devices,
             human(e.per_device_peak),

@@ -301,15 +301,14 @@ pub fn random_args(shapes: &[Shape], seed: u64) -> Result<Vec<Value>, InterpErro
             check_type(a.ty)?;
             let dims: Vec<usize> = a.dims.iter().map(|&d| d.max(0) as usize).collect();
             let n: usize = dims.iter().product();
+            // Generated straight into the array's storage: an f64 copy
+            // would double the peak memory of a large input.
             let arr = if a.ty.is_float() || a.ty.is_complex() {
-                let v: Vec<f64> = (0..n)
-                    .map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
-                    .collect();
-                Array::from_f64s(a.ty, dims, &v)
+                let v = (0..n).map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0);
+                Array::from_f64_iter(a.ty, dims, v)
             } else {
                 let m = if a.ty == T::Pred { 2 } else { 16 };
-                let v: Vec<i64> = (0..n).map(|_| (next() % m) as i64).collect();
-                Array::from_i64s(a.ty, dims, &v)
+                Array::from_i64_iter(a.ty, dims, (0..n).map(|_| (next() % m) as i64))
             };
             Ok(Value::Array(arr))
         })

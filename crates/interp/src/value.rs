@@ -219,44 +219,62 @@ impl Array {
     }
     /// Builds an array of `ty` from f64 values (rounded / truncated as `convert` would).
     pub fn from_f64s(ty: T, dims: Vec<usize>, v: &[f64]) -> Array {
+        Array::from_f64_iter(ty, dims, v.iter().copied())
+    }
+    /// Like [`Array::from_f64s`], converting the values as they come (no f64
+    /// copy of a large array is held).
+    pub fn from_f64_iter(ty: T, dims: Vec<usize>, v: impl Iterator<Item = f64>) -> Array {
         let bits = ty.bit_width();
         let data = match ty {
-            T::Pred => Data::Pred(v.iter().map(|&x| x != 0.0).collect()),
-            T::F32 => Data::F32(v.iter().map(|&x| x as f32).collect()),
-            T::F64 => Data::F64(v.to_vec()),
-            T::Bf16 => Data::Bf16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
-            T::F16 => Data::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
+            T::Pred => Data::Pred(v.map(|x| x != 0.0).collect()),
+            T::F32 => Data::F32(v.map(|x| x as f32).collect()),
+            T::F64 => Data::F64(v.collect()),
+            T::Bf16 => Data::Bf16(v.map(bf16::from_f64).collect()),
+            T::F16 => Data::F16(v.map(f16::from_f64).collect()),
             _ if crate::f8::is_minifloat(ty) => {
-                Data::F8(v.iter().map(|&x| crate::f8::encode_f64(ty, x)).collect())
+                Data::F8(v.map(|x| crate::f8::encode_f64(ty, x)).collect())
             }
-            T::C64 => Data::C64(v.iter().map(|&x| (x as f32, 0.0)).collect()),
-            T::C128 => Data::C128(v.iter().map(|&x| (x, 0.0)).collect()),
+            T::C64 => Data::C64(v.map(|x| (x as f32, 0.0)).collect()),
+            T::C128 => Data::C128(v.map(|x| (x, 0.0)).collect()),
             _ if ty.is_unsigned_int() => {
-                Data::U64(v.iter().map(|&x| wrap_unsigned(x as u64, bits)).collect())
+                Data::U64(v.map(|x| wrap_unsigned(x as u64, bits)).collect())
             }
-            _ => Data::I64(v.iter().map(|&x| wrap_signed(x as i64, bits)).collect()),
+            _ => Data::I64(v.map(|x| wrap_signed(x as i64, bits)).collect()),
         };
         Array::new(ty, dims, data)
     }
+    /// The first `n` elements (all of them when there are fewer), as a
+    /// rank-1 array of the same type.
+    pub fn prefix(&self, n: usize) -> Array {
+        let k = n.min(self.data.len());
+        Array::new(
+            self.ty,
+            vec![k],
+            map_data!(&self.data, v => v[..k].to_vec()),
+        )
+    }
     /// Storage variant for `ty` built from i64 values (wrapping ints; exact small floats).
     pub fn from_i64s(ty: T, dims: Vec<usize>, v: &[i64]) -> Array {
+        Array::from_i64_iter(ty, dims, v.iter().copied())
+    }
+    /// Like [`Array::from_i64s`], converting the values as they come.
+    pub fn from_i64_iter(ty: T, dims: Vec<usize>, v: impl Iterator<Item = i64>) -> Array {
         let bits = ty.bit_width();
         if ty.is_signed_int() {
             return Array::new(
                 ty,
                 dims,
-                Data::I64(v.iter().map(|&x| wrap_signed(x, bits)).collect()),
+                Data::I64(v.map(|x| wrap_signed(x, bits)).collect()),
             );
         }
         if ty.is_unsigned_int() {
             return Array::new(
                 ty,
                 dims,
-                Data::U64(v.iter().map(|&x| wrap_unsigned(x as u64, bits)).collect()),
+                Data::U64(v.map(|x| wrap_unsigned(x as u64, bits)).collect()),
             );
         }
-        let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
-        Array::from_f64s(ty, dims, &f)
+        Array::from_f64_iter(ty, dims, v.map(|x| x as f64))
     }
     /// Every element as f32 (floats and complex real parts); ints and pred converted.
     pub fn to_f32s(&self) -> Vec<f32> {

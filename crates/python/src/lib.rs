@@ -329,7 +329,7 @@ fn prepare_run(call: RunCall) -> Result<(tpusim_hlo::Module, GlobalRun), BindErr
         Some(limit) => limit.bytes()?,
         None => memory::default_cap(),
     };
-    memory::check(&m, cap)?;
+    memory::check_run(&m, cap, unpartitioned.then_some(global_outputs.as_slice()))?;
     let leaves = m.instr(m.entry().root).shape.leaves().len();
     let (output_shardings, output_dims) = match call.output_sharding {
         None if unpartitioned => (None, Some(global_outputs)),
