@@ -32,7 +32,7 @@ fn check_file(path: &str) -> bool {
     let text = match input::read_text(path) {
         Ok(t) => t,
         Err(e) => {
-            out::diag(format_args!("error: {e:#}"));
+            out::diag(format_args!("error: {}", out::error_chain(&e)));
             return false;
         }
     };

@@ -102,7 +102,7 @@ fn main() -> ExitCode {
             }
             match e.downcast_ref::<input::Rendered>() {
                 Some(diagnostic) => out::diag(format_args!("{diagnostic}")),
-                None => out::diag(format_args!("error: {e:#}")),
+                None => out::diag(format_args!("error: {}", out::error_chain(&e))),
             }
             ExitCode::from(1)
         }

@@ -47,3 +47,46 @@ pub fn finish() -> Result<(), String> {
         None => Ok(()),
     }
 }
+
+/// `e` and its causes as one line, `outer: cause: ...`, each cause once: a
+/// library error that already quotes its source (`cannot read X: No such
+/// file`) would otherwise have that source printed a second time.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn error_chain_names_each_cause_once() {
+        let os = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        #[derive(Debug)]
+        struct Quoting(std::io::Error);
+        impl std::fmt::Display for Quoting {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "cannot read x.toml: {}", self.0)
+            }
+        }
+        impl std::error::Error for Quoting {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Quoting(os)).context("loading the chip");
+        assert_eq!(
+            super::error_chain(&e),
+            "loading the chip: cannot read x.toml: No such file"
+        );
+    }
+}

@@ -31,9 +31,10 @@ pub fn clip(text: &str) -> String {
     if n <= MAX_CELL_CHARS {
         return text.to_string();
     }
-    let keep = (MAX_CELL_CHARS - 1) / 2;
-    let head: String = text.chars().take(keep).collect();
-    let tail: String = text.chars().skip(n - keep).collect();
+    let head_len = (MAX_CELL_CHARS - 1) / 2;
+    let tail_len = MAX_CELL_CHARS - 1 - head_len;
+    let head: String = text.chars().take(head_len).collect();
+    let tail: String = text.chars().skip(n - tail_len).collect();
     format!("{head}…{tail}")
 }
 

@@ -216,8 +216,9 @@ pub fn run(args: &Args) -> Result<bool> {
         out::diag(format_args!("exec_seconds: {:.9}", times[times.len() / 2]));
     }
     match &args.output {
-        Some(path) => npz::write_outputs(Path::new(path), &results)
-            .with_context(|| format!("cannot write {path}"))?,
+        Some(path) => {
+            npz::write_outputs(Path::new(path), &results).context("cannot write the outputs")?
+        }
         None => {
             for (k, v) in results.iter().enumerate() {
                 out::line(format!("out{k}: {}", summary(v)));

@@ -674,6 +674,9 @@ fn estimated_bytes(module: &str) -> u64 {
 
 /// Peak resident memory of `tpusim ARGS` (reaped with `wait4`).
 #[cfg(target_os = "linux")]
+// The child is reaped by `wait4`, which `Child::wait` cannot replace: only
+// wait4 returns its resource usage.
+#[allow(clippy::zombie_processes)]
 fn peak_rss_bytes(args: &[&str], stdin: &str) -> (i32, u64) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tpusim"))
         .args(args)
@@ -1288,4 +1291,37 @@ fn partition_reports_bad_shardings_by_instruction() {
     assert!(!o.status.success());
     let err = text(&o.stderr);
     assert!(err.contains("'x.1'") && err.contains("8 tiles"), "{err}");
+}
+
+#[test]
+fn each_cause_of_an_error_is_named_once() {
+    let dir = std::env::temp_dir().join(format!("tpusim-once-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let module = dir.join("m.hlo");
+    std::fs::write(
+        &module,
+        "HloModule m\n\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n}\n",
+    )
+    .expect("write module");
+    let m = module.to_str().expect("utf-8 path");
+    let missing = dir.join("missing");
+    let missing = missing.to_str().expect("utf-8 path");
+    let out = format!("{missing}/o.npz");
+    let toml = format!("{missing}.toml");
+    let cases: [&[&str]; 5] = [
+        &["analyze", missing, "--chip", "v5e"],
+        &["analyze", m, "--chip-file", &toml],
+        &["profile", missing],
+        &["run", m, "--random-inputs", "1", "--output", &out],
+        &["trace", m, "--chip", "v5e", "-o", "/proc/tpusim-no/such"],
+    ];
+    for args in cases {
+        let o = tpusim(args, None);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.matches("error:").count(), 1, "{args:?}: {err}");
+        assert_eq!(err.matches("os error").count(), 1, "{args:?}: {err}");
+        assert!(err.matches(missing).count() <= 1, "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -304,9 +304,10 @@ fn block(global: &Array, tiles: &[(usize, usize)], shape: &Shape) -> Result<Arra
     let (ty, local) = array_dims(shape)?;
     check_tiling(&global.dims, &local, tiles)?;
     let offsets: Vec<usize> = tiles.iter().zip(&local).map(|(t, l)| t.1 * l).collect();
-    let (lpos, gpos) = crate::sharding::block_positions(&global.dims, &offsets, &local);
-    let mut out = Array::zeros(ty, local)?;
-    out.data.put(&lpos, &global.data.take(&gpos))?;
+    let mut out = Array::zeros(ty, local.clone())?;
+    crate::sharding::for_each_block_run(&global.dims, &offsets, &local, |g, l, n| {
+        out.data.copy_run(l, &global.data, g, n)
+    })?;
     Ok(out)
 }
 
@@ -318,8 +319,10 @@ fn place(out: &mut Array, local: &Array, tiles: &[(usize, usize)]) -> Result<(),
         .zip(&local.dims)
         .map(|(t, l)| t.1 * l)
         .collect();
-    let (lpos, gpos) = crate::sharding::block_positions(&out.dims, &offsets, &local.dims);
-    out.data.put(&gpos, &local.data.take(&lpos))
+    let dims = out.dims.clone();
+    crate::sharding::for_each_block_run(&dims, &offsets, &local.dims, |g, l, n| {
+        out.data.copy_run(g, &local.data, l, n)
+    })
 }
 
 #[cfg(test)]

@@ -149,8 +149,8 @@ pub fn check(m: &Module, cap: u64) -> Result<MemoryEstimate, InterpError> {
 /// the global outputs are assembled from the result shards, so both are
 /// added to the devices' peaks. `global_outputs` are the outputs' global
 /// dims when known (an unpartitioned module); otherwise every device's
-/// outputs are counted, an upper bound on what is assembled. The working set
-/// of splitting and assembling is added too ([`split_working_set`]).
+/// outputs are counted, an upper bound on what is assembled. Splitting and
+/// assembling copy by runs and need nothing beyond the arrays.
 pub fn check_run(
     m: &Module,
     cap: u64,
@@ -178,37 +178,7 @@ pub fn check_run(
             .fold(0, u64::saturating_add),
         None => storage_bytes(root).saturating_mul(crate::spmd::simulated_devices(m).max(1)),
     };
-    check_with_global_arrays(
-        m,
-        cap,
-        inputs
-            .saturating_add(outputs)
-            .saturating_add(split_working_set(m)),
-    )
-}
-
-/// Bytes splitting a global array into shards, or assembling one, holds
-/// beside the arrays: the element positions of one shard in the shard and
-/// in the global array (8 bytes each) and a copy of its values, for the
-/// largest shard among the entry parameters and outputs.
-fn split_working_set(m: &Module) -> u64 {
-    let entry = m.entry();
-    entry
-        .params
-        .iter()
-        .map(|&p| &m.instr(p).shape)
-        .chain(std::iter::once(&m.instr(entry.root).shape))
-        .flat_map(|s| s.leaves())
-        .map(|a| {
-            let elems = a
-                .dims
-                .iter()
-                .try_fold(1u64, |n, &d| n.checked_mul(d.max(0) as u64))
-                .unwrap_or(u64::MAX);
-            elems.saturating_mul(16u64.saturating_add(storage_bytes_per_element(a.ty)))
-        })
-        .max()
-        .unwrap_or(0)
+    check_with_global_arrays(m, cap, inputs.saturating_add(outputs))
 }
 
 fn check_with_global_arrays(

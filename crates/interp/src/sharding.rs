@@ -260,10 +260,10 @@ impl TileMap {
                 let offsets: Vec<usize> = tile.iter().zip(shard_dims).map(|(t, s)| t * s).collect();
                 let mut out =
                     Array::zeros(global.ty, shard_dims.to_vec()).map_err(|e| e.to_string())?;
-                let (shard_pos, global_pos) = block_positions(&global.dims, &offsets, shard_dims);
-                out.data
-                    .put(&shard_pos, &global.data.take(&global_pos))
-                    .map_err(|e| e.to_string())?;
+                for_each_block_run(&global.dims, &offsets, shard_dims, |g, b, n| {
+                    out.data.copy_run(b, &global.data, g, n)
+                })
+                .map_err(|e| e.to_string())?;
                 Ok(out)
             })
             .collect()
@@ -309,10 +309,10 @@ impl TileMap {
             }
             done.push(tile.clone());
             let offsets: Vec<usize> = tile.iter().zip(shard_dims).map(|(t, s)| t * s).collect();
-            let (shard_pos, global_pos) = block_positions(&global, &offsets, shard_dims);
-            out.data
-                .put(&global_pos, &shards[d].data.take(&shard_pos))
-                .map_err(|e| e.to_string())?;
+            for_each_block_run(&global, &offsets, shard_dims, |g, b, n| {
+                out.data.copy_run(g, &shards[d].data, b, n)
+            })
+            .map_err(|e| e.to_string())?;
         }
         Ok(out)
     }
@@ -337,31 +337,56 @@ impl TileMap {
     }
 }
 
-/// Linear positions (in the block, in the global array) of the elements of the
-/// block at `offsets` of size `block` that lie inside `global`.
-pub(crate) fn block_positions(
+/// Calls `f(global_start, block_start, len)` for every contiguous run of the
+/// minor dim in the block at `offsets` of size `block` (the part of it inside
+/// `global`), in row-major order. Splitting or assembling an array by runs
+/// needs no table of element positions, so no memory beyond the two arrays.
+pub(crate) fn for_each_block_run(
     global: &[usize],
     offsets: &[usize],
     block: &[usize],
-) -> (Vec<usize>, Vec<usize>) {
-    let gs = strides(global);
-    let n: usize = block.iter().product();
-    let bs = strides(block);
-    let mut bpos = Vec::with_capacity(n);
-    let mut gpos = Vec::with_capacity(n);
-    'elems: for b in 0..n {
-        let mut g = 0;
-        for i in 0..block.len() {
-            let c = offsets[i] + b / bs[i] % block[i];
-            if c >= global[i] {
-                continue 'elems;
-            }
-            g += c * gs[i];
-        }
-        bpos.push(b);
-        gpos.push(g);
+    mut f: impl FnMut(usize, usize, usize) -> Result<(), InterpError>,
+) -> Result<(), InterpError> {
+    let rank = block.len();
+    if global.len() != rank || offsets.len() != rank {
+        return Err(InterpError::Internal("block rank mismatch".into()));
     }
-    (bpos, gpos)
+    let gs = strides(global);
+    let bs = strides(block);
+    // Extent of the block inside the global array, per dim.
+    let extent: Vec<usize> = (0..rank)
+        .map(|i| block[i].min(global[i].saturating_sub(offsets[i])))
+        .collect();
+    if extent.contains(&0) {
+        return Ok(());
+    }
+    let (run, outer) = match rank {
+        0 => (1, 0),
+        r => (extent[r - 1], r - 1),
+    };
+    let minor_offset = if rank == 0 { 0 } else { offsets[rank - 1] };
+    let mut coord = vec![0usize; outer];
+    loop {
+        let b_start: usize = (0..outer).map(|i| coord[i] * bs[i]).sum();
+        let g_start: usize = (0..outer)
+            .map(|i| (offsets[i] + coord[i]) * gs[i])
+            .sum::<usize>()
+            + minor_offset;
+        f(g_start, b_start, run)?;
+        // Next outer coordinate (odometer, minor-most first).
+        let mut i = outer;
+        loop {
+            if i == 0 {
+                return Ok(());
+            }
+            i -= 1;
+            coord[i] += 1;
+            if coord[i] < extent[i] {
+                break;
+            }
+            coord[i] = 0;
+        }
+    }
 }
 
 /// Works out the sharding of an output that carries none, from the devices'

@@ -86,6 +86,34 @@ impl Data {
         }
         put!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64, C128)
     }
+    /// Copies `src[src_start..src_start + len]` to `self[dst_start..]`; both
+    /// must be the same variant and the ranges inside them.
+    pub fn copy_run(
+        &mut self,
+        dst_start: usize,
+        src: &Data,
+        src_start: usize,
+        len: usize,
+    ) -> Result<(), InterpError> {
+        let out_of_range = || InterpError::Internal("copy out of range".into());
+        macro_rules! copy {
+            ($($var:ident),*) => {
+                match (self, src) {
+                    $((Data::$var(d), Data::$var(s)) => {
+                        let from = s
+                            .get(src_start..src_start.checked_add(len).ok_or_else(out_of_range)?)
+                            .ok_or_else(out_of_range)?;
+                        d.get_mut(dst_start..dst_start.checked_add(len).ok_or_else(out_of_range)?)
+                            .ok_or_else(out_of_range)?
+                            .copy_from_slice(from);
+                        Ok(())
+                    })*
+                    _ => Err(InterpError::Internal("storage mismatch in copy".into())),
+                }
+            };
+        }
+        copy!(Pred, I64, U64, F32, F64, Bf16, F16, F8, C64, C128)
+    }
     /// Concatenates same-variant storages.
     pub fn concat(parts: &[&Data]) -> Result<Data, InterpError> {
         let first = parts
@@ -215,7 +243,9 @@ impl Array {
     pub fn zeros(ty: T, dims: Vec<usize>) -> Result<Array, InterpError> {
         check_type(ty)?;
         let n = elem_count(&dims);
-        Ok(Array::from_f64s(ty, dims, &vec![0.0; n]))
+        // Straight into the storage: an f64 vector of zeros first would take
+        // 8 bytes per element beside the array.
+        Ok(Array::from_f64_iter(ty, dims, std::iter::repeat_n(0.0, n)))
     }
     /// Builds an array of `ty` from f64 values (rounded / truncated as `convert` would).
     pub fn from_f64s(ty: T, dims: Vec<usize>, v: &[f64]) -> Array {
