@@ -1,5 +1,6 @@
 """Run limits: max_steps= and timeout= stop a runaway program with LimitError
-naming the loop; Ctrl-C (SIGINT) stops tpusim.run with KeyboardInterrupt."""
+naming the loop; Ctrl-C (SIGINT) stops tpusim.run, tpusim.analyze and
+tpusim.trace with KeyboardInterrupt."""
 
 from __future__ import annotations
 
@@ -74,6 +75,57 @@ def test_ctrl_c_raises_keyboard_interrupt(repo: pathlib.Path, name: str) -> None
         # The timeout only keeps a broken interrupt from hanging the test suite.
         with pytest.raises(KeyboardInterrupt):
             tpusim.run(limits_file(repo, name), timeout=60)
+        latency = time.perf_counter() - sent[0]
+    finally:
+        timer.cancel()
+    assert latency < 2.0, latency
+
+
+def long_pod_collectives(n: int) -> str:
+    """A chain of ``n`` all-reduces of 64 MiB over all 4096 devices of a v5p
+    16x16x16 pod: with ``network="sim"`` each is a link-level simulation of
+    millions of events (tens of seconds in all)."""
+    lines = [
+        "HloModule long_sim, num_partitions=4096",
+        "",
+        "sum {",
+        "  a = f32[] parameter(0)",
+        "  b = f32[] parameter(1)",
+        "  ROOT s = f32[] add(a, b)",
+        "}",
+        "",
+        "ENTRY e {",
+        "  x0 = f32[16777216] parameter(0)",
+    ]
+    for k in range(1, n + 1):
+        root = "ROOT " if k == n else ""
+        lines.append(
+            f"  {root}x{k} = f32[16777216] all-reduce(x{k - 1}), channel_id={k}, "
+            "replica_groups=[1,4096]<=[4096], use_global_device_ids=true, to_apply=sum"
+        )
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("call", ["analyze", "trace"])
+def test_ctrl_c_stops_analyze_and_trace(call: str, tmp_path: pathlib.Path) -> None:
+    text = long_pod_collectives(100)
+    sent = []
+
+    def interrupt() -> None:
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(0.3, interrupt)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if call == "analyze":
+                tpusim.analyze(text, chip="v5p", topology="16x16x16", network="sim")
+            else:
+                tpusim.trace(
+                    text, chip="v5p", logdir=tmp_path, topology="16x16x16", network="sim"
+                )
         latency = time.perf_counter() - sent[0]
     finally:
         timer.cancel()

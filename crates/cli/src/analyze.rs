@@ -5,6 +5,7 @@ use crate::input;
 use crate::out;
 use crate::render::{bytes, seconds, table};
 use anyhow::Result;
+use tpusim_hlo::Cancel;
 use tpusim_perf::{Analysis, Bound, LocalOnly};
 use tpusim_pod::{Network, PodModel, PodOptions};
 
@@ -50,6 +51,7 @@ impl CompileArgs {
         m: &tpusim_hlo::Module,
         chip: &tpusim_arch::Chip,
         comm: &dyn tpusim_perf::CommModel,
+        cancel: &Cancel,
     ) -> Result<(tpusim_compile::Prepared, Analysis)> {
         let mode = if self.as_given {
             tpusim_compile::Mode::AsGiven
@@ -59,6 +61,7 @@ impl CompileArgs {
         let opts = tpusim_compile::CompileOptions {
             reschedule: self.reschedule,
             collective_matmul: self.collective_matmul,
+            cancel: cancel.clone(),
             ..Default::default()
         };
         Ok(tpusim_compile::analyze(m, chip, comm, mode, &opts)?)
@@ -120,6 +123,7 @@ impl PodArgs {
         &self,
         chip: &tpusim_arch::Chip,
         m: &tpusim_hlo::Module,
+        cancel: &Cancel,
     ) -> Result<Option<PodModel>> {
         let device_order = match &self.device_order {
             Some(path) => Some(
@@ -136,6 +140,7 @@ impl PodArgs {
                 NetworkArg::Sim => Network::Sim,
             },
             device_order,
+            cancel: cancel.clone(),
         };
         opts.model_for(chip, m)
             .map_err(|e| match (&self.device_order, e) {
@@ -151,14 +156,18 @@ impl PodArgs {
 const TOP_OPS: usize = 15;
 
 pub fn run(args: &Args) -> Result<bool> {
+    // From here on Ctrl-C only sets the flag: the work stops at the next
+    // check (a pass, an instruction, a loop iteration, a batch of network
+    // events) and `main` exits 130.
+    let cancel = crate::interrupt::cancel();
     let chip = args.chip.load()?;
     let mut modules = Vec::new();
     for (m, _) in input::load(&args.file)? {
-        modules.push(input::partition_if_needed(m)?);
+        modules.push(input::partition_if_needed(m, &cancel)?);
     }
     let mut models = Vec::new();
     for (m, _) in &modules {
-        models.push(args.pod.model(&chip, m)?);
+        models.push(args.pod.model(&chip, m, &cancel)?);
     }
     let priced: Vec<(tpusim_compile::Prepared, Analysis)> =
         crate::progress::with_spinner("simulating", || {
@@ -170,7 +179,7 @@ pub fn run(args: &Args) -> Result<bool> {
                         Some(pod) => pod,
                         None => &LocalOnly,
                     };
-                    let (prepared, mut a) = args.compile.analyze(m, &chip, comm)?;
+                    let (prepared, mut a) = args.compile.analyze(m, &chip, comm, &cancel)?;
                     a.assumptions.splice(0..0, note.iter().cloned());
                     Ok((prepared, a))
                 })

@@ -29,6 +29,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<bool> {
+    let cancel = crate::interrupt::cancel();
     let chip = args.chip.load()?;
     let modules = input::load(&args.file)?;
     let opts = tpusim_compile::CompileOptions {
@@ -36,9 +37,10 @@ pub fn run(args: &Args) -> Result<bool> {
         keep_dumps: args.dump_passes.is_some(),
         verify_each: true,
         collective_matmul: args.collective_matmul,
+        cancel: cancel.clone(),
     };
     for (k, (m, _)) in modules.iter().enumerate() {
-        let pod = args.pod.model(&chip, m)?;
+        let pod = args.pod.model(&chip, m, &cancel)?;
         let comm: &dyn CommModel = match &pod {
             Some(p) => p,
             None => &LocalOnly,

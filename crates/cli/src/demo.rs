@@ -66,6 +66,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<bool> {
+    let cancel = crate::interrupt::cancel();
     let chip = tpusim_arch::by_id(&args.chip)?;
     let (name, text) = args.model.source();
     let m = match tpusim_hlo::parse_module(text) {
@@ -78,13 +79,17 @@ pub fn run(args: &Args) -> Result<bool> {
     print_summary(name, &m, args.top);
     // A sharded program runs on a pod of the chip, as `tpusim analyze` would
     // place it by default: its collectives are priced on the ICI torus.
-    let pod = tpusim_pod::PodOptions::default().model_for(&chip, &m)?;
+    let pod = tpusim_pod::PodOptions {
+        cancel: cancel.clone(),
+        ..Default::default()
+    }
+    .model_for(&chip, &m)?;
     let comm: &dyn tpusim_perf::CommModel = match &pod {
         Some(p) => p,
         None => &tpusim_perf::LocalOnly,
     };
     let (prepared, analysis) = crate::progress::with_spinner("compiling and simulating", || {
-        args.compile.analyze(&m, &chip, comm)
+        args.compile.analyze(&m, &chip, comm, &cancel)
     })?;
     crate::analyze::report(&analysis, &chip.name);
     std::fs::write(
@@ -102,6 +107,7 @@ pub fn run(args: &Args) -> Result<bool> {
         generator: crate::trace::generator(),
         existing: tpusim_trace::Existing::Replace,
         timestamp: false,
+        cancel,
     };
     let views = tpusim_views::write_views(
         &prepared.module,

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use std::io::Read;
-use tpusim_hlo::{Module, SourceMap};
+use tpusim_hlo::{Cancel, Module, SourceMap};
 
 /// Reads a file, or stdin for `-`; gzip-compressed input (`.hlo.gz`, found by its
 /// magic bytes, not its name) is decompressed. Invalid UTF-8 is an error naming the
@@ -123,11 +123,14 @@ pub fn load(path: &str) -> Result<Vec<(Module, SourceMap)>> {
 /// An unpartitioned sharded module (what `jax.jit(...).lower(...)` prints) is
 /// partitioned by tpusim's SPMD partitioner before it is simulated; the note
 /// goes into the report's assumptions. Other modules come back unchanged.
-pub fn partition_if_needed(m: Module) -> Result<(Module, Option<String>)> {
+pub fn partition_if_needed(m: Module, cancel: &Cancel) -> Result<(Module, Option<String>)> {
     if !tpusim_spmd::needs_partitioning(&m) {
         return Ok((m, None));
     }
-    let options = tpusim_spmd::PartitionOptions::default();
+    let options = tpusim_spmd::PartitionOptions {
+        cancel: cancel.clone(),
+        ..Default::default()
+    };
     let mesh = tpusim_spmd::mesh_of(&m, &options)?;
     let p = tpusim_spmd::partition(&m, &options)
         .with_context(|| format!("partitioning module '{}'", m.name))?;

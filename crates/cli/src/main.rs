@@ -1,8 +1,9 @@
 //! `tpusim`: the command-line front door of the TPU system simulator.
 //!
 //! Output meant for pipes goes to stdout; diagnostics and progress go to stderr.
-//! Exit codes: 0 success, 1 any error (including usage errors), 130 for a `run`
-//! interrupted by Ctrl-C — never another code.
+//! Exit codes: 0 success, 1 any error (including usage errors), 130 for a
+//! command interrupted by Ctrl-C (`run`, `analyze`, `trace`, `compile`,
+//! `partition`) — never another code.
 
 mod analyze;
 mod check;
@@ -11,6 +12,7 @@ mod compile;
 mod demo;
 mod fmt;
 mod input;
+mod interrupt;
 mod out;
 mod partition;
 mod profile;
@@ -95,9 +97,12 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            if let Some(stop) = e.downcast_ref::<run::Interrupted>() {
+            if interrupt::is_interrupt(&e) {
                 // The shell convention for SIGINT: 128 + 2.
-                out::diag(format_args!("{stop}"));
+                match e.downcast_ref::<interrupt::Interrupted>() {
+                    Some(stop) => out::diag(format_args!("{stop}")),
+                    None => out::diag(format_args!("interrupted")),
+                }
                 return ExitCode::from(130);
             }
             match e.downcast_ref::<input::Rendered>() {

@@ -15,13 +15,17 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<bool> {
+    let cancel = crate::interrupt::cancel();
     let modules = input::load(&args.file)?;
     let options = tpusim_spmd::PartitionOptions {
         num_devices: args.devices,
+        cancel,
     };
     for (m, _) in &modules {
-        let p = tpusim_spmd::partition(m, &options)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", input::display_name(&args.file)))?;
+        let p = tpusim_spmd::partition(m, &options).map_err(|e| match e {
+            tpusim_spmd::SpmdError::Cancelled(c) => anyhow::Error::new(c),
+            e => anyhow::anyhow!("{}: {e}", input::display_name(&args.file)),
+        })?;
         out::line(tpusim_hlo::print_module(&p).trim_end());
     }
     Ok(true)

@@ -4,12 +4,12 @@
 //! under the step and time limits given and stopping cleanly on Ctrl-C.
 
 use crate::input;
+use crate::interrupt::{self, Interrupted};
 use crate::out;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tpusim_hlo::Cancel;
 use tpusim_interp::sharding::OutputLayout;
 use tpusim_interp::{memory, npz, sharding, GlobalRun, InterpError, RunLimits, StopReason, Value};
 
@@ -48,18 +48,6 @@ pub struct Args {
     timeout: Option<Duration>,
 }
 
-/// A run stopped by Ctrl-C: `main` prints the message and exits 130.
-#[derive(Debug)]
-pub struct Interrupted(pub String);
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Interrupted {}
-
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
         .trim()
@@ -69,29 +57,6 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
         return Err(format!("the timeout must be positive, got {s}"));
     }
     Duration::try_from_secs_f64(secs).map_err(|_| format!("timeout {s} is too large"))
-}
-
-/// The flag Ctrl-C sets from now on in this process (the handler is installed
-/// once; before that, Ctrl-C ends the process as usual).
-fn interrupt_flag() -> Arc<AtomicBool> {
-    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
-    FLAG.get_or_init(|| {
-        let flag = Arc::new(AtomicBool::new(false));
-        let set = flag.clone();
-        // If a handler cannot be installed, Ctrl-C keeps its default effect
-        // (the process ends at once), which is still an interruption.
-        let _ = ctrlc::set_handler(move || set.store(true, Ordering::SeqCst));
-        flag
-    })
-    .clone()
-}
-
-/// Fails with [`Interrupted`] once Ctrl-C was pressed.
-fn check_interrupt(flag: &AtomicBool) -> Result<()> {
-    if flag.load(Ordering::SeqCst) {
-        return Err(Interrupted("interrupted".into()).into());
-    }
-    Ok(())
 }
 
 /// Runs the module once under the limits; an interrupt becomes [`Interrupted`].
@@ -134,7 +99,7 @@ fn output_info(arg: &str, leaves: usize) -> Result<OutputLayout> {
 pub fn run(args: &Args) -> Result<bool> {
     // From here on Ctrl-C only sets the flag: the run stops at the next phase
     // boundary or instruction and exits 130.
-    let interrupt = interrupt_flag();
+    let interrupt = interrupt::flag();
     let modules = input::load(&args.file)?;
     let [(m, _)] = modules.as_slice() else {
         bail!(
@@ -154,7 +119,8 @@ pub fn run(args: &Args) -> Result<bool> {
         .map(|a| a.dims.iter().map(|&d| d.max(0) as usize).collect())
         .collect();
     let unpartitioned = tpusim_spmd::needs_partitioning(m);
-    let (partitioned, _) = input::partition_if_needed(m.clone())?;
+    let (partitioned, _) =
+        input::partition_if_needed(m.clone(), &Cancel::from_flag(interrupt.clone()))?;
     let m = &partitioned;
     let cap = args.max_memory.unwrap_or_else(memory::default_cap);
     memory::check_run(m, cap, unpartitioned.then_some(global_outputs.as_slice()))?;
@@ -174,7 +140,7 @@ pub fn run(args: &Args) -> Result<bool> {
             shapes.len()
         ),
     };
-    check_interrupt(&interrupt)?;
+    interrupt::check(&interrupt)?;
     let leaves = m.instr(m.entry().root).shape.leaves().len();
     let (output_shardings, output_dims) = match &args.output_sharding {
         Some(s) => output_info(s, leaves)?,
@@ -210,7 +176,7 @@ pub fn run(args: &Args) -> Result<bool> {
         times.push(t.elapsed().as_secs_f64());
     }
     // Ctrl-C after the last step: the results are not written.
-    check_interrupt(&interrupt)?;
+    interrupt::check(&interrupt)?;
     if args.repeat.is_some() {
         times.sort_by(f64::total_cmp);
         out::diag(format_args!("exec_seconds: {:.9}", times[times.len() / 2]));

@@ -37,6 +37,8 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<bool> {
+    // Ctrl-C from here on stops the work at its next check; `main` exits 130.
+    let cancel = crate::interrupt::cancel();
     let chip = args.chip.load()?;
     let modules = input::load(&args.file)?;
     let names: Vec<&str> = modules.iter().map(|(m, _)| m.name.as_str()).collect();
@@ -50,22 +52,23 @@ pub fn run(args: &Args) -> Result<bool> {
             Existing::Refuse
         },
         timestamp: args.timestamp,
+        cancel: cancel.clone(),
     };
     for ((m, _), folder) in modules.into_iter().zip(&folders) {
-        let (m, note) = input::partition_if_needed(m)?;
+        let (m, note) = input::partition_if_needed(m, &cancel)?;
         let m = &m;
         let dir = if several {
             args.out.join(folder)
         } else {
             args.out.clone()
         };
-        let pod = args.pod.model(&chip, m)?;
+        let pod = args.pod.model(&chip, m, &cancel)?;
         let comm: &dyn CommModel = match &pod {
             Some(p) => p,
             None => &LocalOnly,
         };
         let views = crate::progress::with_spinner("simulating", || -> Result<Views> {
-            let (prepared, mut analysis) = args.compile.analyze(m, &chip, comm)?;
+            let (prepared, mut analysis) = args.compile.analyze(m, &chip, comm, &cancel)?;
             analysis.assumptions.splice(0..0, note.iter().cloned());
             Ok(tpusim_views::write_views(
                 &prepared.module,

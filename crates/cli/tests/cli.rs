@@ -849,35 +849,103 @@ fn catches_sigint(pid: u32) -> bool {
     }
 }
 
+/// Starts `tpusim ARGS`, sends it SIGINT `after` its handler is installed,
+/// and checks that it stops within 10 s with exit 130 and `interrupted`.
+fn stops_on_sigint(args: &[&str], after: std::time::Duration) {
+    let t = std::time::Instant::now();
+    let child = spawn_tpusim(args);
+    let pid = child.id();
+    while !catches_sigint(pid) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "no handler"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(after);
+    let sent = std::time::Instant::now();
+    let kill = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let (o, took) = wait_bounded(child, sent);
+    assert_eq!(o.status.code(), Some(130), "{args:?}: {}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.starts_with("interrupted"), "{err}");
+    assert!(o.stdout.is_empty(), "{args:?}: {}", text(&o.stdout));
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "{args:?}: {took:?}"
+    );
+}
+
 #[test]
 fn run_stops_cleanly_on_sigint_with_exit_130() {
     for file in [
         "limits/never_ending_while.hlo",
         "limits/never_ending_all_reduce.hlo",
     ] {
-        let t = std::time::Instant::now();
-        let child = spawn_tpusim(&["run", &testdata(file)]);
-        let pid = child.id();
-        while !catches_sigint(pid) {
-            assert!(
-                t.elapsed() < std::time::Duration::from_secs(30),
-                "no handler"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let sent = std::time::Instant::now();
-        let kill = Command::new("kill")
-            .args(["-INT", &pid.to_string()])
-            .status()
-            .expect("kill");
-        assert!(kill.success());
-        let (o, took) = wait_bounded(child, sent);
-        assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
-        let err = text(&o.stderr);
-        assert!(err.starts_with("interrupted"), "{err}");
-        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+        stops_on_sigint(
+            &["run", &testdata(file)],
+            std::time::Duration::from_millis(100),
+        );
     }
+}
+
+/// A chain of `n` all-reduces of 64 MiB over all 4096 devices of a v5p
+/// 16x16x16 pod: with `--network sim` each is a link-level simulation of
+/// millions of events, priced by the scheduler, the analysis walk and the
+/// trace's replay (minutes in all, in a debug build).
+fn long_pod_collectives(n: usize) -> String {
+    let mut t = String::from(
+        "HloModule long_sim, num_partitions=4096\n\nsum {\n  a = f32[] parameter(0)\n  \
+         b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY e {\n  \
+         x0 = f32[16777216] parameter(0)\n",
+    );
+    for k in 1..=n {
+        let root = if k == n { "ROOT " } else { "" };
+        t.push_str(&format!(
+            "  {root}x{k} = f32[16777216] all-reduce(x{}), channel_id={k}, \
+             replica_groups=[1,4096]<=[4096], use_global_device_ids=true, to_apply=sum\n",
+            k - 1
+        ));
+    }
+    t.push_str("}\n");
+    t
+}
+
+#[test]
+fn analyze_and_trace_stop_cleanly_on_sigint_with_exit_130() {
+    let dir = temp_dir("sigint");
+    let file = dir.join("long_sim.hlo");
+    std::fs::write(&file, long_pod_collectives(40)).unwrap();
+    let file = file.to_str().unwrap();
+    let pod = [
+        "--chip",
+        "v5p",
+        "--topology",
+        "16x16x16",
+        "--network",
+        "sim",
+    ];
+    let views = dir.join("views");
+    let views = views.to_str().unwrap();
+    // Early (parsing, the compiler passes) and late (the scheduler's and the
+    // analysis's network simulations).
+    for after in [50, 1500] {
+        let after = std::time::Duration::from_millis(after);
+        let mut analyze = vec!["analyze", file];
+        analyze.extend(pod);
+        stops_on_sigint(&analyze, after);
+        let mut trace = vec!["trace", file, "-o", views, "--force"];
+        trace.extend(pod);
+        stops_on_sigint(&trace, after);
+        let mut compile = vec!["compile", file];
+        compile.extend(pod);
+        stops_on_sigint(&compile, after);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Files under `dir`, recursively, relative to it.

@@ -2,9 +2,12 @@
 //! text level (numbers, tokens, lines, operands, element types, dimensions,
 //! opcodes, truncation) and each mutant goes through the library pipeline the
 //! CLI uses, in process: parse and verify (`check`, `fmt`), partition, compile
-//! and price on v5e (`analyze`), and run with random inputs (`run`) when the
-//! module verified and is small (under a step budget, so loops run too). No stage may panic or hang on
-//! any mutant; errors are the expected answer to most of them.
+//! and price on v5e (`analyze`), build every profiler view in memory (`trace`:
+//! the schedule replay, the Chrome trace serialized into a sink, the HTML
+//! report and the encoded XSpace) for every mutant that priced, and run with random
+//! inputs (`run`) when the module verified and is small (under a step budget,
+//! so loops run too). No stage may panic or hang on any mutant; errors are the
+//! expected answer to most of them.
 //!
 //! Deterministic: mutant `i` depends only on `SEED`, `i` and the corpus.
 //! - `TPUSIM_MUTANT=<i>` replays mutant `i` alone, printing it and letting a
@@ -508,7 +511,10 @@ enum Outcome {
     PartitionError,
     PodError,
     AnalyzeError,
+    /// Priced, but building the views failed.
     Analyzed,
+    /// Priced and every view built.
+    Traced,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -572,7 +578,7 @@ fn one_module(
         }
         return (Outcome::VerifyError, RunOutcome::NotRun);
     }
-    let (outcome, partitioned) = timed(1, || analyze(m, index, note));
+    let (outcome, partitioned) = analyze(m, index, note);
     let run = match partitioned {
         Some(p) => timed(2, || run(m, &p, index, note)),
         None => RunOutcome::NotRun,
@@ -585,7 +591,9 @@ fn one_module(
 fn analyze(m: &Module, index: usize, note: &mut String) -> (Outcome, Option<Module>) {
     let partitioned = if tpusim_spmd::needs_partitioning(m) {
         let options = tpusim_spmd::PartitionOptions::default();
-        let p = tpusim_spmd::mesh_of(m, &options).and_then(|_| tpusim_spmd::partition(m, &options));
+        let p = timed(1, || {
+            tpusim_spmd::mesh_of(m, &options).and_then(|_| tpusim_spmd::partition(m, &options))
+        });
         match p {
             Ok(p) => p,
             Err(e) => {
@@ -614,18 +622,54 @@ fn analyze(m: &Module, index: usize, note: &mut String) -> (Outcome, Option<Modu
         tpusim_compile::Mode::Compile
     };
     let opts = tpusim_compile::CompileOptions::default();
-    match tpusim_compile::analyze(&partitioned, &chip, comm, mode, &opts) {
-        Ok((prepared, a)) => {
-            let _ = serde_json::to_string(&a).expect("analysis serializes");
+    let priced = timed(1, || {
+        let r = tpusim_compile::analyze(&partitioned, &chip, comm, mode, &opts);
+        if let Ok((prepared, a)) = &r {
+            let _ = serde_json::to_string(a).expect("analysis serializes");
             let timed = tpusim_perf::timed_module(&prepared.module);
             if let Some(op) = a.ops.first() {
                 let _ = tpusim_perf::tensorcore::explain_op(timed.module(), &chip, &op.name);
             }
-            (Outcome::Analyzed, Some(partitioned))
+        }
+        r
+    });
+    let (prepared, a) = match priced {
+        Ok(p) => p,
+        Err(e) => {
+            *note = e.to_string();
+            return (Outcome::AnalyzeError, Some(partitioned));
+        }
+    };
+    let outcome = timed(3, || trace(&prepared.module, &chip, &a, comm, note));
+    (outcome, Some(partitioned))
+}
+
+/// `trace`: every view `tpusim trace` writes, built in memory (the Chrome
+/// trace serialized into a sink).
+fn trace(
+    m: &Module,
+    chip: &tpusim_arch::Chip,
+    a: &tpusim_perf::Analysis,
+    comm: &dyn tpusim_perf::CommModel,
+    note: &mut String,
+) -> Outcome {
+    let opts = tpusim_views::ViewsOptions {
+        generator: "tpusim mutation test".to_string(),
+        ..Default::default()
+    };
+    match tpusim_views::build_views(m, chip, a, comm, &opts) {
+        Ok(views) => {
+            // Plain JSON: gzip is flate2's work, and slow in a debug build.
+            views
+                .trace
+                .write_json(std::io::sink())
+                .expect("the Chrome trace serializes");
+            assert!(!views.report_html.is_empty() && !views.xspace.is_empty());
+            Outcome::Traced
         }
         Err(e) => {
             *note = e.to_string();
-            (Outcome::AnalyzeError, Some(partitioned))
+            Outcome::Analyzed
         }
     }
 }
@@ -694,8 +738,13 @@ thread_local! {
 static QUIET: AtomicBool = AtomicBool::new(false);
 
 /// Microseconds spent in each stage, all mutants together: parse+verify,
-/// partition+compile+price, run.
-static STAGE_US: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+/// partition+compile+price, run, trace.
+static STAGE_US: [AtomicU64; 4] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
 
 fn timed<R>(stage: usize, f: impl FnOnce() -> R) -> R {
     let t = Instant::now();
@@ -763,6 +812,7 @@ struct Counts {
     parsed: usize,
     verified: usize,
     analyzed: usize,
+    traced: usize,
     run_tried: usize,
     ran_ok: usize,
     errors: usize,
@@ -854,10 +904,11 @@ fn mutants_never_panic_or_hang() {
         };
         c.parsed += usize::from(r.outcome > Outcome::ParseError);
         c.verified += usize::from(r.outcome > Outcome::VerifyError);
-        c.analyzed += usize::from(r.outcome == Outcome::Analyzed);
+        c.analyzed += usize::from(r.outcome >= Outcome::Analyzed);
+        c.traced += usize::from(r.outcome == Outcome::Traced);
         c.run_tried += usize::from(matches!(r.run, RunOutcome::Ok | RunOutcome::Error));
         c.ran_ok += usize::from(r.run == RunOutcome::Ok);
-        let error = r.outcome != Outcome::Analyzed || r.run == RunOutcome::Error;
+        let error = r.outcome != Outcome::Traced || r.run == RunOutcome::Error;
         c.errors += usize::from(error);
         *c.by_outcome
             .entry(format!("{:?}/{:?}", r.outcome, r.run))
@@ -874,12 +925,13 @@ fn mutants_never_panic_or_hang() {
         }
     }
     eprintln!(
-        "{} mutants in {:.1} s: {} parsed, {} verified, {} analyzed, {} run ({} ok), {} with an error, {} panics",
+        "{} mutants in {:.1} s: {} parsed, {} verified, {} analyzed, {} traced, {} run ({} ok), {} with an error, {} panics",
         c.mutants,
         elapsed.as_secs_f64(),
         c.parsed,
         c.verified,
         c.analyzed,
+        c.traced,
         c.run_tried,
         c.ran_ok,
         c.errors,
@@ -887,9 +939,10 @@ fn mutants_never_panic_or_hang() {
     );
     let us = |k: usize| STAGE_US[k].load(Ordering::Relaxed) as f64 / 1e6;
     eprintln!(
-        "time in stages (all threads): parse+verify {:.1} s, analyze {:.1} s, run {:.1} s",
+        "time in stages (all threads): parse+verify {:.1} s, partition+analyze {:.1} s, trace {:.1} s, run {:.1} s",
         us(0),
         us(1),
+        us(3),
         us(2)
     );
     for (k, n) in &c.by_outcome {
@@ -927,11 +980,14 @@ fn mutants_never_panic_or_hang() {
         ("parsed", c.parsed),
         ("verified", c.verified),
         ("analyzed", c.analyzed),
+        ("traced", c.traced),
         ("ran", c.ran_ok),
         ("failed with an error", c.errors),
     ] {
         assert!(n > 0, "no mutant {what}: the pipeline is not exercised");
     }
+    // Building the views fails only when cancelled: every priced mutant traces.
+    assert_eq!(c.traced, c.analyzed, "a priced mutant did not trace");
 }
 
 /// Inputs that crashed or hung a stage before (found by this test or by hand),

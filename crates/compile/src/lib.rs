@@ -64,6 +64,9 @@ impl Changed {
 pub enum CompileError {
     #[error("pass {pass} left an invalid module: {message}")]
     Invalid { pass: String, message: String },
+    /// `CompileOptions::cancel` was set (Ctrl-C).
+    #[error(transparent)]
+    Cancelled(#[from] tpusim_hlo::Cancelled),
 }
 
 /// How to compile.
@@ -78,6 +81,9 @@ pub struct CompileOptions {
     /// Decompose all-gather + dot pairs into collective matmuls (XLA:TPU's
     /// `xla_tpu_decompose_all_gather_einsum`, off by default as in XLA).
     pub collective_matmul: bool,
+    /// Set to stop at the next pass boundary, or midway through the
+    /// analysis ([`CompileError::Cancelled`]).
+    pub cancel: tpusim_hlo::Cancel,
 }
 
 /// One pass's outcome.
@@ -135,6 +141,7 @@ impl Pipeline<'_> {
         name: &str,
         pass: impl FnOnce(&mut Module) -> Changed,
     ) -> Result<(), CompileError> {
+        self.opts.cancel.check()?;
         let changed = pass(self.m);
         compact(self.m);
         if self.opts.verify_each {
@@ -288,6 +295,8 @@ pub fn compile(
     p.run("latency-hiding-scheduler", |m| {
         latency_hiding_schedule(m, chip, comm, &limits)
     })?;
+    // A pass that priced collectives may have been cut short by the flag.
+    opts.cancel.check()?;
     Ok(p.report)
 }
 
@@ -364,7 +373,8 @@ pub fn analyze(
         Mode::AsGiven => CompileReport::default(),
         Mode::Compile => compile(&mut module, chip, comm, opts)?,
     };
-    let mut a = tpusim_perf::analyze_with(&module, chip, comm);
+    opts.cancel.check()?;
+    let mut a = tpusim_perf::analyze_cancellable(&module, chip, comm, &opts.cancel)?;
     let mut notes = report.assumptions();
     if mode == Mode::AsGiven {
         notes.push("priced as given (--as-given): no TPU compiler passes ran".to_string());

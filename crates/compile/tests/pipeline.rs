@@ -671,3 +671,35 @@ fn an_offset_the_loop_changes_is_not_taken_for_the_shard() {
     let mut m = parse(&text);
     assert_eq!(checked(&mut m, all_reduce_to_reduce_scatter), Changed::No);
 }
+
+/// A set cancel flag stops the pipeline at its first pass boundary and the
+/// analysis before it prices anything, with the typed error.
+#[test]
+fn a_set_cancel_flag_stops_compile_and_analyze_with_cancelled() {
+    let m = parse_module(
+        "HloModule m\n\nENTRY e {\n  a = f32[128,128] parameter(0)\n  ROOT d = f32[128,128] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+    )
+    .expect("parses");
+    let chip = tpusim_arch::by_id("v5e").expect("builtin");
+    let opts = CompileOptions::default();
+    assert!(
+        tpusim_compile::analyze(&m, &chip, &LocalOnly, tpusim_compile::Mode::Compile, &opts)
+            .is_ok()
+    );
+    opts.cancel.cancel();
+    let mut c = m.clone();
+    assert!(matches!(
+        compile(&mut c, &chip, &LocalOnly, &opts),
+        Err(tpusim_compile::CompileError::Cancelled(_))
+    ));
+    for mode in [tpusim_compile::Mode::Compile, tpusim_compile::Mode::AsGiven] {
+        assert!(matches!(
+            tpusim_compile::analyze(&m, &chip, &LocalOnly, mode, &opts),
+            Err(tpusim_compile::CompileError::Cancelled(_))
+        ));
+    }
+    assert!(tpusim_perf::analyze_cancellable(&m, &chip, &LocalOnly, &opts.cancel).is_err());
+    assert!(
+        tpusim_perf::schedule_with_memory_cancellable(&m, &chip, &LocalOnly, &opts.cancel).is_err()
+    );
+}

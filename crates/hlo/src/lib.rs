@@ -8,6 +8,7 @@
 
 pub mod analysis;
 pub mod attr;
+pub mod cancel;
 pub mod error;
 pub mod infer;
 pub mod ir;
@@ -25,6 +26,7 @@ pub mod types;
 pub mod verifier;
 
 pub use attr::{Attr, AttrValue};
+pub use cancel::{Cancel, Cancelled};
 pub use error::ParseError;
 pub use ir::{CompId, Computation, InstrId, Instruction, Module, MAX_DEVICES};
 pub use names::NameTable;

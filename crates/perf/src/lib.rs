@@ -38,7 +38,11 @@ pub mod tensorcore;
 
 pub use comm::{CollectiveStat, CommCost, CommModel, CommSummary, LocalOnly};
 pub use memory::{Allocation, BufferKind, LiveBuffer, MemoryPoint, MemoryProfile};
-pub use schedule::{op_name_path, schedule, schedule_with_memory, Event, Lane, Schedule};
+pub use schedule::{
+    op_name_path, schedule, schedule_with_memory, schedule_with_memory_cancellable, Event, Lane,
+    Schedule,
+};
+pub use tpusim_hlo::{Cancel, Cancelled};
 
 pub use op::{
     explain_in, is_free, is_free_instr, op_time, op_time_in, padded_dim, reshape_is_bitcast,
@@ -189,11 +193,33 @@ pub fn analyze(module: &Module, chip: &Chip) -> Analysis {
 
 /// Analyzes `module` on `chip`, pricing collectives with `comm`.
 pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analysis {
+    analyze_until(module, chip, comm, &Cancel::default())
+}
+
+/// [`analyze_with`], stopping early once `cancel` is set: the program walk
+/// and the memory replay look at the flag per instruction and per loop
+/// iteration (a collective priced by a `comm` that simulates the network
+/// stops there as that model allows).
+pub fn analyze_cancellable(
+    module: &Module,
+    chip: &Chip,
+    comm: &dyn CommModel,
+    cancel: &Cancel,
+) -> Result<Analysis, Cancelled> {
+    let a = analyze_until(module, chip, comm, cancel);
+    // A walk cut short is never handed out: the flag is sticky.
+    cancel.check()?;
+    Ok(a)
+}
+
+/// The analysis, cut short (and meaningless) when `cancel` is set midway.
+fn analyze_until(module: &Module, chip: &Chip, comm: &dyn CommModel, cancel: &Cancel) -> Analysis {
     let xla = tpusim_cost::xla_cost(module);
     let timed = timed_module(module);
     let unfused = timed.fused;
     let m = timed.module();
     let mut walk = Walk::new(m, chip, comm);
+    walk.cancel = cancel.clone();
     walk.trip_counts = loop_trip_counts(module, m);
     let mut acc = Acc::default();
     walk.comp(m.entry, 1, &mut acc, 0);
@@ -222,7 +248,7 @@ pub fn analyze_with(module: &Module, chip: &Chip, comm: &dyn CommModel) -> Analy
                 .to_string(),
         );
     }
-    let memory = schedule::memory_of(m, module, chip);
+    let memory = schedule::memory_of(m, module, chip, cancel);
     let mut a = finish(module, chip, acc, xla, unfused, assumptions);
     if let Some(h) = attention::flash_hint(m, &a) {
         // Materialized scores are the largest HBM cost of an unfused attention:
@@ -475,6 +501,8 @@ struct Walk<'a> {
     trip_counts: HashMap<InstrId, TripCount>,
     comm: &'a dyn CommModel,
     net: NetAcc,
+    /// Once set, the walk stops (its result is then discarded).
+    cancel: Cancel,
 }
 
 /// Communication bookkeeping of a walk.
@@ -570,6 +598,7 @@ impl<'a> Walk<'a> {
             trip_counts: HashMap::new(),
             comm,
             net: NetAcc::default(),
+            cancel: Cancel::default(),
         }
     }
 
@@ -649,6 +678,9 @@ impl<'a> Walk<'a> {
         }
         let m = self.m;
         for &id in &m.comp(c).instrs {
+            if self.cancel.is_cancelled() {
+                return;
+            }
             self.instr(id, times, acc, depth);
         }
     }

@@ -25,7 +25,7 @@ use crate::{branches, constant_branch, loop_trip_counts, timed_module, trips};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use tpusim_arch::Chip;
-use tpusim_hlo::{CompId, InstrId, Module, OpCategory, Opcode};
+use tpusim_hlo::{Cancel, Cancelled, CompId, InstrId, Module, OpCategory, Opcode};
 
 /// Events recorded before loops stop being unrolled.
 pub const MAX_EVENTS: usize = 200_000;
@@ -124,7 +124,7 @@ pub fn op_name_path(m: &Module, id: InstrId) -> Vec<&str> {
 
 /// Replays `m` on one device of `chip`, pricing communication with `comm`.
 pub fn schedule(m: &Module, chip: &Chip, comm: &dyn CommModel) -> Schedule {
-    replay(m, chip, comm, false).0
+    replay(m, chip, comm, false, &Cancel::default()).0
 }
 
 /// The schedule and the HBM use along it (see [`crate::memory`]).
@@ -133,8 +133,22 @@ pub fn schedule_with_memory(
     chip: &Chip,
     comm: &dyn CommModel,
 ) -> (Schedule, MemoryProfile) {
-    let (s, mem) = replay(m, chip, comm, true);
+    let (s, mem) = replay(m, chip, comm, true, &Cancel::default());
     (s, mem.unwrap_or_default())
+}
+
+/// [`schedule_with_memory`], stopping at the next loop iteration once
+/// `cancel` is set.
+pub fn schedule_with_memory_cancellable(
+    m: &Module,
+    chip: &Chip,
+    comm: &dyn CommModel,
+    cancel: &Cancel,
+) -> Result<(Schedule, MemoryProfile), Cancelled> {
+    let (s, mem) = replay(m, chip, comm, true, cancel);
+    // A replay cut short is never handed out: the flag is sticky.
+    cancel.check()?;
+    Ok((s, mem.unwrap_or_default()))
 }
 
 fn replay(
@@ -142,10 +156,11 @@ fn replay(
     chip: &Chip,
     comm: &dyn CommModel,
     track_memory: bool,
+    cancel: &Cancel,
 ) -> (Schedule, Option<MemoryProfile>) {
     let timed = timed_module(m);
     let (events, step_s, truncated, profile) =
-        replay_timed(timed.module(), m, chip, comm, track_memory);
+        replay_timed(timed.module(), m, chip, comm, track_memory, cancel);
     let schedule = Schedule {
         events,
         step_s,
@@ -157,8 +172,13 @@ fn replay(
 
 /// The memory profile of `timed` (a module prepared by
 /// [`crate::timed_module`] from `original`), without interconnect.
-pub(crate) fn memory_of(timed: &Module, original: &Module, chip: &Chip) -> MemoryProfile {
-    replay_timed(timed, original, chip, &crate::LocalOnly, true)
+pub(crate) fn memory_of(
+    timed: &Module,
+    original: &Module,
+    chip: &Chip,
+    cancel: &Cancel,
+) -> MemoryProfile {
+    replay_timed(timed, original, chip, &crate::LocalOnly, true, cancel)
         .3
         .unwrap_or_default()
 }
@@ -171,6 +191,7 @@ fn replay_timed(
     chip: &Chip,
     comm: &dyn CommModel,
     track_memory: bool,
+    cancel: &Cancel,
 ) -> (Vec<Event>, f64, bool, Option<MemoryProfile>) {
     let trip_counts = loop_trip_counts(original, tm)
         .iter()
@@ -202,6 +223,7 @@ fn replay_timed(
         iteration: None,
         mem: track_memory.then(|| Mem::new(tm)),
         uses,
+        cancel: cancel.clone(),
     };
     let entry = tm.entry;
     let mut args: Vec<Value> = Vec::new();
@@ -247,6 +269,8 @@ struct Replay<'a> {
     mem: Option<Mem>,
     /// Static use count of every instruction (operand slots naming it).
     uses: Vec<u32>,
+    /// Once set, loops stop being unrolled (the replay is then discarded).
+    cancel: Cancel,
 }
 
 /// Values of one invocation of a computation.
@@ -611,7 +635,7 @@ impl Replay<'_> {
         let mut carried = self.operand(frame, id, 0);
         let outer = self.iteration;
         let mut i = 0;
-        while i < n && self.emit && self.budget < MAX_EVENTS {
+        while i < n && self.emit && self.budget < MAX_EVENTS && !self.cancel.is_cancelled() {
             self.iteration = Some(i);
             self.budget += 1;
             if let Some(b) = body {

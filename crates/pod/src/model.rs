@@ -6,7 +6,7 @@ use crate::sim;
 use crate::topology::Pod;
 use crate::PodError;
 use tpusim_arch::Chip;
-use tpusim_hlo::{InstrId, Module};
+use tpusim_hlo::{Cancel, InstrId, Module};
 use tpusim_perf::{CommCost, CommModel};
 
 /// Which network model prices collectives.
@@ -35,12 +35,21 @@ pub struct PodModel {
     pub network: Network,
     /// Devices the module names (at most the pod's).
     pub used: u64,
+    /// Once set, the link-level simulation gives up at its next check and
+    /// collectives are priced analytically: the caller's own check of the
+    /// flag then discards the result.
+    pub cancel: Cancel,
 }
 
 impl PodModel {
     pub fn new(pod: Pod, network: Network) -> Self {
         let used = pod.devices();
-        PodModel { pod, network, used }
+        PodModel {
+            pod,
+            network,
+            used,
+            cancel: Cancel::default(),
+        }
     }
 
     /// Checks that `m` fits on the pod.
@@ -68,8 +77,10 @@ impl CommModel for PodModel {
         let name = &m.instr(id).name;
         let time_s = match self.network {
             Network::Analytic => a.time_s,
-            Network::Sim => match sim::simulate(&self.pod, &c) {
+            Network::Sim if self.cancel.is_cancelled() => a.time_s,
+            Network::Sim => match sim::simulate_cancellable(&self.pod, &c, &self.cancel) {
                 Some(r) => r.time_s,
+                None if self.cancel.is_cancelled() => a.time_s,
                 None => {
                     hints.push(format!(
                         "{name}: too many transfers for the link-level simulation; priced \
@@ -172,6 +183,8 @@ pub struct PodOptions {
     pub network: Network,
     /// A device-order file's text (one line per device id).
     pub device_order: Option<String>,
+    /// Handed to the [`PodModel`] (see [`PodModel::cancel`]).
+    pub cancel: Cancel,
 }
 
 impl PodOptions {
@@ -199,6 +212,7 @@ impl PodOptions {
         }
         let mut model = PodModel::new(pod, self.network);
         model.used = devices;
+        model.cancel = self.cancel.clone();
         model.check(m)?;
         Ok(Some(model))
     }

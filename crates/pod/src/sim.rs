@@ -24,6 +24,11 @@ use crate::collective::{Collective, CollectiveKind};
 use crate::geometry::{displacement, geometry, Geometry, Link};
 use crate::radix::RadixHeap;
 use crate::topology::Pod;
+use tpusim_hlo::Cancel;
+
+/// Events a simulation processes between two looks at its cancel flag (a
+/// power of two: the check is a mask).
+const CANCEL_EVERY: u32 = 4096;
 
 /// Largest number of point-to-point transfers a simulation issues at once;
 /// beyond it [`simulate`] declines (the caller uses the analytical model).
@@ -228,11 +233,18 @@ impl<'p> Net<'p> {
 /// Simulates `c` on `pod`; `None` when the collective is beyond the
 /// simulator's limits (see [`MAX_TRANSFERS`]) or a device is outside the pod.
 pub fn simulate(pod: &Pod, c: &Collective) -> Option<SimResult> {
+    simulate_cancellable(pod, c, &Cancel::default())
+}
+
+/// [`simulate`], giving up (`None`) within a few thousand events once
+/// `cancel` is set; the caller tells that apart from a declined simulation by
+/// the flag.
+pub fn simulate_cancellable(pod: &Pod, c: &Collective, cancel: &Cancel) -> Option<SimResult> {
     match c.kind {
         CollectiveKind::CollectivePermute => {
             let pairs: Vec<(u32, u32, f64)> =
                 c.pairs.iter().map(|&(s, t)| (s, t, c.bytes)).collect();
-            point_to_point(pod, &pairs)
+            point_to_point_until(pod, &pairs, cancel)
         }
         CollectiveKind::AllToAll => {
             let total: usize = c.groups.iter().map(|g| g.len() * g.len()).sum();
@@ -249,9 +261,9 @@ pub fn simulate(pod: &Pod, c: &Collective) -> Option<SimResult> {
                     }
                 }
             }
-            point_to_point(pod, &pairs)
+            point_to_point_until(pod, &pairs, cancel)
         }
-        _ => rings(pod, c),
+        _ => rings(pod, c, cancel),
     }
 }
 
@@ -309,6 +321,15 @@ fn next_link(pod: &Pod, f: &Flow) -> (u32, u32, bool) {
 /// Every pair's bytes sent at time 0, split over its paths, simulated hop by
 /// hop: each link serves transfers in the order their heads reach it.
 pub fn point_to_point(pod: &Pod, pairs: &[(u32, u32, f64)]) -> Option<SimResult> {
+    point_to_point_until(pod, pairs, &Cancel::default())
+}
+
+/// [`point_to_point`], giving up once `cancel` is set.
+fn point_to_point_until(
+    pod: &Pod,
+    pairs: &[(u32, u32, f64)],
+    cancel: &Cancel,
+) -> Option<SimResult> {
     if pairs.len() > MAX_TRANSFERS {
         return None;
     }
@@ -350,7 +371,12 @@ pub fn point_to_point(pod: &Pod, pairs: &[(u32, u32, f64)]) -> Option<SimResult>
     }
     let mut end = 0.0f64;
     let mut hops = 0u64;
+    let mut events = 0u32;
     while let Some((t, k)) = heap.pop() {
+        events = events.wrapping_add(1);
+        if events & (CANCEL_EVERY - 1) == 0 && cancel.is_cancelled() {
+            return None;
+        }
         let f = &mut flows[k as usize];
         if f.at == f.dst && !f.dcn_in {
             end = end.max(f.tail);
@@ -366,6 +392,9 @@ pub fn point_to_point(pod: &Pod, pairs: &[(u32, u32, f64)]) -> Option<SimResult>
         f.dcn_in = dcn_in;
         hops += 1;
         heap.push(start + lat, k);
+    }
+    if cancel.is_cancelled() {
+        return None;
     }
     Some(SimResult {
         time_s: end,
@@ -525,9 +554,10 @@ struct RingSim<'p> {
     heap: RadixHeap<Ev>,
     buf: Vec<u32>,
     finish: f64,
+    cancel: &'p Cancel,
 }
 
-fn rings(pod: &Pod, c: &Collective) -> Option<SimResult> {
+fn rings(pod: &Pod, c: &Collective, cancel: &Cancel) -> Option<SimResult> {
     let mut locs = Vec::new();
     let mut group_of = Vec::new();
     let mut geos = Vec::new();
@@ -635,8 +665,12 @@ fn rings(pod: &Pod, c: &Collective) -> Option<SimResult> {
         heap: RadixHeap::new(),
         buf: Vec::new(),
         finish: 0.0,
+        cancel,
     };
     sim.run();
+    if cancel.is_cancelled() {
+        return None;
+    }
     Some(SimResult {
         time_s: sim.finish,
         transfers: sim.net.transfers,
@@ -725,7 +759,12 @@ impl RingSim<'_> {
                 }
             }
         }
+        let mut events = 0u32;
         while let Some((t, ev)) = self.heap.pop() {
+            events = events.wrapping_add(1);
+            if events & (CANCEL_EVERY - 1) == 0 && self.cancel.is_cancelled() {
+                return;
+            }
             let (p, stage, dir) = unpack(ev.tag);
             let st = &mut self.state[p][ev.member as usize];
             if ev.step == DONE {

@@ -245,3 +245,24 @@ fn every_collective_of_a_sharded_module() {
     }
     assert_eq!(priced, 5);
 }
+
+/// A set cancel flag makes the simulation give up (the caller discards the
+/// price); an unset one changes nothing.
+#[test]
+fn a_set_cancel_flag_stops_the_link_level_simulation() {
+    let p = pod("v4", &[4, 4, 4]);
+    let c = Collective {
+        kind: CollectiveKind::AllReduce,
+        op: InstrId(0),
+        bytes: 1e8,
+        groups: vec![(0..64).collect()],
+        pairs: Vec::new(),
+    };
+    let cancel = tpusim_hlo::Cancel::default();
+    assert_eq!(
+        sim::simulate_cancellable(&p, &c, &cancel),
+        sim::simulate(&p, &c)
+    );
+    cancel.cancel();
+    assert_eq!(sim::simulate_cancellable(&p, &c, &cancel), None);
+}

@@ -124,13 +124,27 @@ impl From<InterpError> for BindError {
 
 impl From<tpusim_views::ViewsError> for BindError {
     fn from(e: tpusim_views::ViewsError) -> BindError {
-        BindError::Other(e.to_string())
+        match e {
+            tpusim_views::ViewsError::Cancelled(c) => c.into(),
+            e => BindError::Other(e.to_string()),
+        }
     }
 }
 
 impl From<tpusim_compile::CompileError> for BindError {
     fn from(e: tpusim_compile::CompileError) -> BindError {
-        BindError::Internal(e.to_string())
+        match e {
+            tpusim_compile::CompileError::Cancelled(c) => c.into(),
+            e => BindError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// Work stopped by its cancel flag: the caller that set it (on Ctrl-C)
+/// raises `KeyboardInterrupt` instead; this is what is left otherwise.
+impl From<tpusim_hlo::Cancelled> for BindError {
+    fn from(e: tpusim_hlo::Cancelled) -> BindError {
+        BindError::Other(e.to_string())
     }
 }
 

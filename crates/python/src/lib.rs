@@ -25,8 +25,8 @@ use errors::BindError;
 use pod::PodArgs;
 use pyo3::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tpusim_hlo::Cancel;
 use tpusim_interp::GlobalRun;
 
 /// Runs `work` with the GIL released; a panic inside becomes `BindError::Internal`.
@@ -67,6 +67,7 @@ fn compiled_analysis(
     comm: &dyn tpusim_perf::CommModel,
     as_given: bool,
     collective_matmul: bool,
+    cancel: &Cancel,
 ) -> Result<(tpusim_compile::Prepared, tpusim_perf::Analysis), BindError> {
     let mode = if as_given {
         tpusim_compile::Mode::AsGiven
@@ -80,6 +81,7 @@ fn compiled_analysis(
         mode,
         &tpusim_compile::CompileOptions {
             collective_matmul,
+            cancel: cancel.clone(),
             ..Default::default()
         },
     )?)
@@ -119,13 +121,15 @@ fn analyze_json(
         network,
         device_order,
     };
-    Ok(detached(py, move || {
+    let cancel = Cancel::default();
+    Ok(interruptible(py, &cancel, || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "analyze")?;
-        let (module, note) = load::partition_if_needed(module)?;
-        let pod = pod_args.model(&chip, &module)?;
+        let (module, note) = load::partition_if_needed(module, &cancel)?;
+        let pod = pod_args.model(&chip, &module, &cancel)?;
+        let comm = pod::comm(&pod);
         let (_, mut analysis) =
-            compiled_analysis(&module, &chip, pod::comm(&pod), as_given, collective_matmul)?;
+            compiled_analysis(&module, &chip, comm, as_given, collective_matmul, &cancel)?;
         analysis.assumptions.splice(0..0, note);
         to_json(&analysis, "analysis")
     })?)
@@ -163,14 +167,15 @@ fn trace_views(
         network,
         device_order,
     };
-    Ok(detached(py, move || {
+    let cancel = Cancel::default();
+    Ok(interruptible(py, &cancel, || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "trace")?;
-        let (module, note) = load::partition_if_needed(module)?;
-        let pod = pod_args.model(&chip, &module)?;
+        let (module, note) = load::partition_if_needed(module, &cancel)?;
+        let pod = pod_args.model(&chip, &module, &cancel)?;
         let comm = pod::comm(&pod);
         let (prepared, mut analysis) =
-            compiled_analysis(&module, &chip, comm, as_given, collective_matmul)?;
+            compiled_analysis(&module, &chip, comm, as_given, collective_matmul, &cancel)?;
         analysis.assumptions.splice(0..0, note);
         let opts = tpusim_views::ViewsOptions {
             generator: format!("tpusim {} (Python)", env!("CARGO_PKG_VERSION")),
@@ -180,6 +185,7 @@ fn trace_views(
                 tpusim_trace::Existing::Refuse
             },
             timestamp,
+            cancel: cancel.clone(),
         };
         let dir = std::path::Path::new(&dir);
         let views =
@@ -324,7 +330,7 @@ fn prepare_run(call: RunCall) -> Result<(tpusim_hlo::Module, GlobalRun), BindErr
         .map(|a| a.dims.iter().map(|&d| d.max(0) as usize).collect())
         .collect();
     let unpartitioned = tpusim_spmd::needs_partitioning(&m);
-    let (m, _) = load::partition_if_needed(m)?;
+    let (m, _) = load::partition_if_needed(m, &Cancel::default())?;
     let cap = match &call.max_memory {
         Some(limit) => limit.bytes()?,
         None => memory::default_cap(),
@@ -392,15 +398,14 @@ fn run_guarded<'py>(
 /// How often a run waiting for its worker thread looks for Ctrl-C.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
-/// Stack of the run's worker thread: the interpreter recurses into called
+/// Stack of the worker thread: the interpreter recurses into called
 /// computations (as much as a process's main thread allows, and more).
 const WORKER_STACK_BYTES: usize = 64 << 20;
 
 /// Runs the module on a worker thread (the deadline counting from its start)
-/// while this thread, without the GIL, waits for it and every [`SIGNAL_POLL`]
-/// runs Python's signal handlers: Ctrl-C sets the run's interrupt flag, the
-/// worker stops at its next instruction, and the handler's `KeyboardInterrupt`
-/// is raised.
+/// while this thread waits for it (see [`interruptible`]): Ctrl-C sets the
+/// run's interrupt flag, the worker stops at its next instruction, and the
+/// handler's `KeyboardInterrupt` is raised.
 fn run_interruptible(
     py: Python<'_>,
     module: &tpusim_hlo::Module,
@@ -408,20 +413,35 @@ fn run_interruptible(
     mut opts: GlobalRun,
     timeout: Option<Duration>,
 ) -> Result<Vec<tpusim_interp::Value>, BindError> {
+    let cancel = Cancel::from_flag(opts.limits.interrupt.clone());
+    interruptible(py, &cancel, move || {
+        opts.limits = std::mem::take(&mut opts.limits).with_timeout(timeout);
+        Ok(tpusim_interp::run_global(module, inputs, &opts)?)
+    })
+}
+
+/// Runs `work` on a worker thread while this thread, without the GIL, waits
+/// for it and every [`SIGNAL_POLL`] runs Python's signal handlers. When a
+/// handler raises (Ctrl-C's `KeyboardInterrupt`), `cancel` is set, the worker
+/// stops at its next check (a pass, an instruction, a loop iteration, a batch
+/// of network events) and the handler's exception is raised; the worker's
+/// cut-short result is dropped. A panic in `work` becomes `InternalError`.
+fn interruptible<T: Send>(
+    py: Python<'_>,
+    cancel: &Cancel,
+    work: impl FnOnce() -> Result<T, BindError> + Send,
+) -> Result<T, BindError> {
     use std::sync::mpsc::{channel, RecvTimeoutError};
-    let flag = opts.limits.interrupt.clone();
     let (tx, mut rx) = channel();
     std::thread::scope(|s| {
         let work = move || {
-            opts.limits = std::mem::take(&mut opts.limits).with_timeout(timeout);
-            let r = no_panic(|| Ok(tpusim_interp::run_global(module, inputs, &opts)?));
-            let _ = tx.send(r);
+            let _ = tx.send(no_panic(work));
         };
         let worker = std::thread::Builder::new()
-            .name("tpusim-run".into())
+            .name("tpusim-work".into())
             .stack_size(WORKER_STACK_BYTES)
             .spawn_scoped(s, work)
-            .map_err(|e| BindError::Internal(format!("cannot start the run thread: {e}")))?;
+            .map_err(|e| BindError::Internal(format!("cannot start the work thread: {e}")))?;
         let mut signal = None;
         let result = loop {
             // The receiver moves in and out: the closure run without the GIL must be Send.
@@ -434,12 +454,12 @@ fn run_interruptible(
                 Ok(r) => break r,
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    break Err(BindError::Internal("the run thread gave no result".into()))
+                    break Err(BindError::Internal("the work thread gave no result".into()))
                 }
             }
             if signal.is_none() {
                 if let Err(e) = py.check_signals() {
-                    flag.store(true, Ordering::SeqCst);
+                    cancel.cancel();
                     signal = Some(e);
                 }
             }

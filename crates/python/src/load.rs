@@ -48,13 +48,20 @@ fn render_verify(
 /// An unpartitioned sharded module (a `jax.jit(...).lower(...)` program) is
 /// partitioned by tpusim's SPMD partitioner, as the CLI does; the note is the
 /// assumption the analysis reports. Other modules come back unchanged.
-pub fn partition_if_needed(m: Module) -> Result<(Module, Option<String>), BindError> {
+pub fn partition_if_needed(
+    m: Module,
+    cancel: &tpusim_hlo::Cancel,
+) -> Result<(Module, Option<String>), BindError> {
     if !tpusim_spmd::needs_partitioning(&m) {
         return Ok((m, None));
     }
-    let options = tpusim_spmd::PartitionOptions::default();
-    let unsupported = |e: tpusim_spmd::SpmdError| {
-        BindError::Unsupported(format!("partitioning '{}': {e}", m.name))
+    let options = tpusim_spmd::PartitionOptions {
+        cancel: cancel.clone(),
+        ..Default::default()
+    };
+    let unsupported = |e: tpusim_spmd::SpmdError| match e {
+        tpusim_spmd::SpmdError::Cancelled(c) => BindError::from(c),
+        e => BindError::Unsupported(format!("partitioning '{}': {e}", m.name)),
     };
     let mesh = tpusim_spmd::mesh_of(&m, &options).map_err(unsupported)?;
     let p = tpusim_spmd::partition(&m, &options).map_err(unsupported)?;

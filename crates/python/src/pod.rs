@@ -22,6 +22,7 @@ impl PodArgs {
         &self,
         chip: &tpusim_arch::Chip,
         m: &tpusim_hlo::Module,
+        cancel: &tpusim_hlo::Cancel,
     ) -> Result<Option<PodModel>, BindError> {
         let network = match self.network.as_deref().unwrap_or("analytic") {
             "analytic" => Network::Analytic,
@@ -44,6 +45,7 @@ impl PodArgs {
             slices: self.slices,
             network,
             device_order,
+            cancel: cancel.clone(),
         };
         opts.model_for(chip, m)
             .map_err(|e| match (&self.device_order, e) {

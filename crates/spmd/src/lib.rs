@@ -27,11 +27,13 @@ use tpusim_hlo::attr::{FrontendValue, Sharding, SingleSharding};
 use tpusim_hlo::{AttrValue, CompId, Module, Opcode};
 
 /// What the partitioner was asked for.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct PartitionOptions {
     /// Devices to partition for. `None`: the module's `num_partitions`, else the
     /// size of its Shardy mesh, else the largest tile assignment's device count.
     pub num_devices: Option<u32>,
+    /// Set to stop partitioning at the next instruction ([`SpmdError::Cancelled`]).
+    pub cancel: tpusim_hlo::Cancel,
 }
 
 /// Why a module could not be partitioned. Every variant names the instruction
@@ -70,6 +72,9 @@ pub enum SpmdError {
     Mesh(String),
     #[error("internal partitioner error: {0}")]
     Internal(String),
+    /// `PartitionOptions::cancel` was set (Ctrl-C).
+    #[error(transparent)]
+    Cancelled(#[from] tpusim_hlo::Cancelled),
 }
 
 /// The Shardy mesh declared in the module header, as named axes.
@@ -233,6 +238,7 @@ pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, 
     let mut hints = Default::default();
     let (p, new_entry, root_sh) = loop {
         let mut p = Partitioner::new(module, Out::new(module, mesh.clone()));
+        p.cancel = options.cancel.clone();
         p.loop_hints = std::mem::take(&mut hints);
         let params = entry_shardings(&p, module)?;
         let (new_entry, root_sh) = p.computation(module.entry, &params, None)?;
@@ -247,6 +253,7 @@ pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, 
         }
         hints = std::mem::take(&mut p.wanted_after_loop);
     };
+    options.cancel.check()?;
     let mut out = p.out.m;
     finish_module(&mut out, module.entry, new_entry, &root_sh, &mesh, n)?;
     // Values resharded by redoing their producer leave the original unused,

@@ -59,6 +59,8 @@ pub struct Partitioner<'m> {
     /// Tilings for untiled loop-carried leaves, from an earlier round's
     /// `wanted_after_loop`.
     pub loop_hints: FxHashMap<(InstrId, usize), Sh>,
+    /// Checked before each instruction is partitioned.
+    pub cancel: tpusim_hlo::Cancel,
 }
 
 fn leaves_of(shape: &Shape) -> Vec<Shape> {
@@ -90,6 +92,7 @@ impl<'m> Partitioner<'m> {
             loop_result: FxHashMap::default(),
             wanted_after_loop: FxHashMap::default(),
             loop_hints: FxHashMap::default(),
+            cancel: tpusim_hlo::Cancel::default(),
         }
     }
 
@@ -479,6 +482,7 @@ impl<'m> Partitioner<'m> {
         let comp = src.comp(c);
         let mut vals: FxHashMap<InstrId, Val> = FxHashMap::default();
         for &i in &comp.instrs {
+            self.cancel.check()?;
             let ins = src.instr(i);
             let v = match (ins.parameter_number, args) {
                 (Some(n), Some(args)) => args

@@ -9,6 +9,7 @@ fn partition_text(text: &str, devices: Option<u32>) -> Result<tpusim_hlo::Module
         &m,
         &PartitionOptions {
             num_devices: devices,
+            ..Default::default()
         },
     )
 }
@@ -185,4 +186,19 @@ fn a_mesh_larger_than_u32_is_an_error() {
     let e = tpusim_spmd::mesh_of(&m, &PartitionOptions::default()).unwrap_err();
     assert!(matches!(e, SpmdError::Mesh(_)), "{e}");
     assert!(partition_text(text, None).is_err());
+}
+
+#[test]
+fn a_set_cancel_flag_stops_partitioning_with_cancelled() {
+    let text = format!(
+        "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[8,1]<=[8]}}\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
+    );
+    let m = tpusim_hlo::parse_module(&text).expect("test module parses");
+    let options = PartitionOptions::default();
+    assert!(partition(&m, &options).is_ok());
+    options.cancel.cancel();
+    assert_eq!(
+        partition(&m, &options).unwrap_err(),
+        SpmdError::Cancelled(tpusim_hlo::Cancelled)
+    );
 }

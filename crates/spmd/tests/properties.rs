@@ -56,7 +56,7 @@ proptest! {
             text(&to, &mesh)
         );
         let m = tpusim_hlo::parse_module(&hlo).unwrap();
-        let p = partition(&m, &PartitionOptions { num_devices: Some(8) }).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let p = partition(&m, &PartitionOptions { num_devices: Some(8), ..Default::default() }).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let dims = vec![d0 as usize, d1 as usize];
         let vals: Vec<f32> = (0..d0 * d1).map(|v| v as f32).collect();
         let input = Array::from_f32s(tpusim_hlo::PrimitiveType::F32, dims.clone(), vals.clone());

@@ -29,7 +29,7 @@ pub mod xplane;
 
 pub use write::{
     build_xspace, done_waits, hlo_category, is_sync_collective, run_folder_name, utilization,
-    write_xspace, SimulatedDevice, SimulatedRun, PROGRAM_ID,
+    write_xspace, write_xspace_bytes, xspace_bytes, SimulatedDevice, SimulatedRun, PROGRAM_ID,
 };
 
 use std::path::PathBuf;

@@ -623,7 +623,24 @@ pub fn write_xspace(
     run: &SimulatedRun,
     existing: crate::Existing,
 ) -> Result<PathBuf, TraceError> {
-    let run_name = match run.start_ns {
+    write_xspace_bytes(dir, &xspace_bytes(run), &run.host, run.start_ns, existing)
+}
+
+/// The XSpace of `run` ([`build_xspace`]) encoded as the `.xplane.pb` bytes.
+pub fn xspace_bytes(run: &SimulatedRun) -> Vec<u8> {
+    build_xspace(run).encode_to_vec()
+}
+
+/// [`write_xspace`] for an XSpace already built and encoded (the bytes of
+/// [`build_xspace`]'s result) of a run on `host` that started at `start_ns`.
+pub fn write_xspace_bytes(
+    dir: &Path,
+    bytes: &[u8],
+    host: &str,
+    start_ns: u64,
+    existing: crate::Existing,
+) -> Result<PathBuf, TraceError> {
+    let run_name = match start_ns {
         0 => "tpusim".to_string(),
         ns => run_folder_name(ns),
     };
@@ -632,10 +649,9 @@ pub fn write_xspace(
         source,
     })?;
     let folder = crate::create_dirs_within(dir, &["plugins", "profile", &run_name])?;
-    let path = folder.join(format!("{}.xplane.pb", run.host));
-    let bytes = build_xspace(run).encode_to_vec();
+    let path = folder.join(format!("{host}.xplane.pb"));
     let mut file = crate::create_file(&path, existing)?;
-    std::io::Write::write_all(&mut file, &bytes).map_err(|source| TraceError::Io {
+    std::io::Write::write_all(&mut file, bytes).map_err(|source| TraceError::Io {
         path: path.clone(),
         source,
     })?;
