@@ -8,7 +8,6 @@ use crate::eval::Interp;
 use crate::spmd::MeetKey;
 use crate::value::{strides, Array, Data, Value};
 use crate::{elementwise as ew, ops, InterpError};
-use std::rc::Rc;
 use std::sync::Arc;
 use tpusim_hlo::{AttrValue, CompId, InstrId, Opcode, PrimitiveType as T, Shape};
 
@@ -53,12 +52,12 @@ enum Mode {
 pub(crate) fn eval(
     interp: &Interp,
     id: InstrId,
-    ops: &[Rc<Value>],
-) -> Result<Rc<Value>, InterpError> {
+    ops: &[Arc<Value>],
+) -> Result<Arc<Value>, InterpError> {
     let ins = interp.m.instr(id);
     let dev = interp.dev;
     let u32_scalar =
-        |v: usize| Rc::new(Value::Array(Array::from_i64s(T::U32, vec![], &[v as i64])));
+        |v: usize| Arc::new(Value::Array(Array::from_i64s(T::U32, vec![], &[v as i64])));
     let result = match ins.opcode {
         Opcode::PartitionId => return Ok(u32_scalar(dev.partition)),
         Opcode::ReplicaId => return Ok(u32_scalar(dev.replica)),
@@ -69,7 +68,7 @@ pub(crate) fn eval(
                 .attr_comp("calls")
                 .ok_or_else(|| internal("async-start without calls"))?;
             let r = interp.run(c, ops)?;
-            let operands = Value::Tuple(ops.iter().map(|v| (**v).clone()).collect());
+            let operands = Value::Tuple(ops.to_vec());
             return start_value(&ins.shape, operands, (*r).clone());
         }
         Opcode::AsyncUpdate => return Ok(ops[0].clone()),
@@ -78,7 +77,6 @@ pub(crate) fn eval(
                 Value::Tuple(t) if ins.opcode == Opcode::AsyncDone || t.len() >= 2 => t
                     .get(1)
                     .cloned()
-                    .map(Rc::new)
                     .ok_or_else(|| internal("done of a short tuple")),
                 _ => Ok(ops[0].clone()),
             };
@@ -101,27 +99,27 @@ pub(crate) fn eval(
         let operands = one_or_tuple(ops.iter().map(|v| (**v).clone()).collect());
         return start_value(&ins.shape, operands, result);
     }
-    Ok(Rc::new(result))
+    Ok(Arc::new(result))
 }
 
 /// The value of a `*-start`: `(operands, result, context...)` when its shape is
 /// such a tuple, else the result itself.
-fn start_value(shape: &Shape, operands: Value, result: Value) -> Result<Rc<Value>, InterpError> {
+fn start_value(shape: &Shape, operands: Value, result: Value) -> Result<Arc<Value>, InterpError> {
     match shape {
         Shape::Tuple(t) if t.len() >= 2 => {
             let mut parts = vec![operands, result];
             for s in &t[2..] {
                 parts.push(zeros_like_shape(s)?);
             }
-            Ok(Rc::new(Value::Tuple(parts)))
+            Ok(Arc::new(Value::tuple(parts)))
         }
-        _ => Ok(Rc::new(result)),
+        _ => Ok(Arc::new(result)),
     }
 }
 
 fn zeros_like_shape(s: &Shape) -> Result<Value, InterpError> {
     match s {
-        Shape::Tuple(t) => Ok(Value::Tuple(
+        Shape::Tuple(t) => Ok(Value::tuple(
             t.iter().map(zeros_like_shape).collect::<Result<_, _>>()?,
         )),
         _ => {
@@ -133,9 +131,9 @@ fn zeros_like_shape(s: &Shape) -> Result<Value, InterpError> {
 
 fn one_or_tuple(mut v: Vec<Value>) -> Value {
     if v.len() == 1 {
-        v.pop().unwrap_or(Value::Tuple(Vec::new()))
+        v.pop().unwrap_or(Value::tuple(Vec::new()))
     } else {
-        Value::Tuple(v)
+        Value::tuple(v)
     }
 }
 
@@ -245,9 +243,9 @@ pub(crate) fn exchange(
 fn gather_group(
     interp: &Interp,
     id: InstrId,
-    ops: &[Rc<Value>],
+    ops: &[Arc<Value>],
 ) -> Result<(Arc<Vec<Value>>, usize), InterpError> {
-    let mine = Value::Tuple(ops.iter().map(|v| (**v).clone()).collect());
+    let mine = Value::Tuple(ops.to_vec());
     match my_group(interp, id)? {
         Some((devices, rank)) => Ok((exchange(interp, id, devices, rank, mine)?, rank)),
         None => Ok((Arc::new(vec![mine]), 0)),
@@ -267,7 +265,7 @@ fn operand_of_all(all: &[Value], k: usize) -> Result<Vec<&Array>, InterpError> {
         .collect()
 }
 
-fn all_reduce(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Value, InterpError> {
+fn all_reduce(interp: &Interp, id: InstrId, ops: &[Arc<Value>]) -> Result<Value, InterpError> {
     let f = interp
         .m
         .instr(id)
@@ -278,7 +276,7 @@ fn all_reduce(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Value, 
         .map(|k| reduce_in_order(interp, f, &operand_of_all(&all, k)?).map(Value::Array))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(if interp.m.instr(id).shape.is_tuple() {
-        Value::Tuple(outs)
+        Value::tuple(outs)
     } else {
         one_or_tuple(outs)
     })
@@ -295,7 +293,7 @@ fn reduce_in_order(interp: &Interp, f: CompId, xs: &[&Array]) -> Result<Array, I
         return Ok(acc);
     }
     let scalar =
-        |a: &Array, i: usize| Rc::new(Value::Array(Array::new(a.ty, vec![], a.data.take(&[i]))));
+        |a: &Array, i: usize| Arc::new(Value::Array(Array::new(a.ty, vec![], a.data.take(&[i]))));
     let n = acc.len();
     let mut vals: Vec<Value> = Vec::with_capacity(n);
     for i in 0..n {
@@ -386,7 +384,7 @@ fn block_along(a: &Array, d: usize, n: usize, j: usize) -> Result<Array, InterpE
     Ok(Array::new(a.ty, out_dims, a.data.take(&idx)))
 }
 
-fn all_gather(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Value, InterpError> {
+fn all_gather(interp: &Interp, id: InstrId, ops: &[Arc<Value>]) -> Result<Value, InterpError> {
     let d = dimension(interp, id)?;
     let (all, _) = gather_group(interp, id, ops)?;
     let outs = (0..ops.len())
@@ -395,7 +393,7 @@ fn all_gather(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Value, 
     Ok(one_or_tuple(outs))
 }
 
-fn reduce_scatter(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Value, InterpError> {
+fn reduce_scatter(interp: &Interp, id: InstrId, ops: &[Arc<Value>]) -> Result<Value, InterpError> {
     let d = dimension(interp, id)?;
     let f = interp
         .m
@@ -413,7 +411,7 @@ fn reduce_scatter(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Val
     Ok(one_or_tuple(outs))
 }
 
-fn all_to_all(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Value, InterpError> {
+fn all_to_all(interp: &Interp, id: InstrId, ops: &[Arc<Value>]) -> Result<Value, InterpError> {
     let split = interp
         .m
         .instr(id)
@@ -443,7 +441,7 @@ fn all_to_all(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Value, 
                 )));
             }
             let received = operand_of_all(&all, rank)?;
-            Ok(Value::Tuple(
+            Ok(Value::tuple(
                 received
                     .into_iter()
                     .map(|a| Value::Array(a.clone()))
@@ -456,7 +454,7 @@ fn all_to_all(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Value, 
 fn collective_permute(
     interp: &Interp,
     id: InstrId,
-    ops: &[Rc<Value>],
+    ops: &[Arc<Value>],
 ) -> Result<Value, InterpError> {
     let ins = interp.m.instr(id);
     if ops.len() != 1 && ins.attr("slice_sizes").is_some() {
@@ -501,7 +499,7 @@ fn collective_permute(
             "source-target pair {{{s},{t}}} out of range"
         )));
     }
-    let mine = Value::Tuple(ops.iter().map(|v| (**v).clone()).collect());
+    let mine = Value::Tuple(ops.to_vec());
     let all = exchange(interp, id, domain, my_id, mine)?;
     let source = pairs.iter().find(|&&(_, t)| t == my_id).map(|&(s, _)| s);
     let outs = (0..ops.len())
@@ -519,11 +517,11 @@ fn collective_permute(
 fn collective_broadcast(
     interp: &Interp,
     id: InstrId,
-    ops: &[Rc<Value>],
+    ops: &[Arc<Value>],
 ) -> Result<Value, InterpError> {
     let outs = match my_group(interp, id)? {
         Some((devices, rank)) => {
-            let mine = Value::Tuple(ops.iter().map(|v| (**v).clone()).collect());
+            let mine = Value::Tuple(ops.to_vec());
             let all = exchange(interp, id, devices, rank, mine)?;
             operand_values(&all[0])
         }
@@ -540,7 +538,7 @@ fn collective_broadcast(
 
 fn operand_values(v: &Value) -> Vec<Value> {
     match v {
-        Value::Tuple(t) => t.clone(),
+        Value::Tuple(t) => t.iter().map(|x| (**x).clone()).collect(),
         a => vec![a.clone()],
     }
 }

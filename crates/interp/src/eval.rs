@@ -5,6 +5,7 @@ use crate::value::{check_type, Array, Value};
 use crate::{elementwise as ew, fused, more_ops, ops, InterpError};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::literal::{Literal, LiteralData};
 use tpusim_hlo::{CompId, InstrId, Module, OpCategory, Opcode, Shape};
 
@@ -53,7 +54,7 @@ pub(crate) fn run_entry(
     budget: &Budget,
     args: Vec<Value>,
 ) -> Result<Vec<Value>, InterpError> {
-    let args: Vec<Rc<Value>> = args.into_iter().map(Rc::new).collect();
+    let args: Vec<Arc<Value>> = args.into_iter().map(Arc::new).collect();
     let fused_copy;
     let m = if m.instrs.iter().any(|i| i.opcode == Opcode::Fusion) {
         m
@@ -73,10 +74,11 @@ pub(crate) fn run_entry(
         budget,
         ticks: Default::default(),
         loops: Default::default(),
+        plans: Default::default(),
     };
     let out = interp.run(m.entry, &args)?;
     let mut leaves = Vec::new();
-    Rc::unwrap_or_clone(out).into_leaves(&mut leaves);
+    Arc::unwrap_or_clone(out).into_leaves(&mut leaves);
     Ok(leaves)
 }
 
@@ -121,6 +123,85 @@ pub(crate) fn array_dims(
     Ok((a.ty, a.dims.iter().map(|&d| d as usize).collect()))
 }
 
+/// How a computation is evaluated, worked out once per run and reused by every
+/// call (a loop body runs it once per iteration).
+pub(crate) struct CompPlan {
+    tiling: fused::Tiling,
+    /// The instructions evaluated, in text order (a tiled chain's inside skipped).
+    steps: Vec<Step>,
+    /// Slot of the root.
+    root: usize,
+}
+
+/// One evaluated instruction. Slots are positions in the computation's
+/// instruction list.
+struct Step {
+    id: InstrId,
+    slot: usize,
+    /// Slots read (a tiled chain's end reads the chain's inputs).
+    reads: Vec<usize>,
+    /// Slots read here for the last time (never the root).
+    frees: Vec<usize>,
+    /// Bytes the result allocates (0 for ops that share their operand's storage).
+    bytes: u64,
+    tiled: bool,
+}
+
+impl CompPlan {
+    fn new(interp: &Interp, c: CompId) -> CompPlan {
+        let m = interp.m;
+        let comp = m.comp(c);
+        let tiling = fused::tiling(interp, c);
+        let slot: HashMap<InstrId, usize> = comp
+            .instrs
+            .iter()
+            .enumerate()
+            .map(|(p, &id)| (id, p))
+            .collect();
+        let mut steps = Vec::with_capacity(comp.instrs.len());
+        for (pos, &id) in comp.instrs.iter().enumerate() {
+            if tiling.internal.contains(&id) {
+                continue;
+            }
+            let tiled = tiling.plans.contains_key(&id);
+            let reads: &[InstrId] = match tiling.plans.get(&id) {
+                Some(p) => &p.inputs,
+                None => &m.instr(id).operands,
+            };
+            steps.push(Step {
+                id,
+                slot: pos,
+                // An operand from outside the computation has no slot: it reads
+                // as undefined, as before.
+                reads: reads
+                    .iter()
+                    .map(|o| slot.get(o).copied().unwrap_or(usize::MAX))
+                    .collect(),
+                frees: Vec::new(),
+                bytes: crate::memory::allocation_bytes(m.instr(id)),
+                tiled,
+            });
+        }
+        let root = slot.get(&comp.root).copied().unwrap_or(usize::MAX);
+        let mut last_read: HashMap<usize, usize> = HashMap::new();
+        for (k, st) in steps.iter().enumerate() {
+            for &r in &st.reads {
+                last_read.insert(r, k);
+            }
+        }
+        for (r, k) in last_read {
+            if r != root && r != usize::MAX {
+                steps[k].frees.push(r);
+            }
+        }
+        CompPlan {
+            tiling,
+            steps,
+            root,
+        }
+    }
+}
+
 pub(crate) struct Interp<'m> {
     pub m: &'m Module,
     /// The simulated device this interpreter runs as (ids, rendezvous).
@@ -135,11 +216,13 @@ pub(crate) struct Interp<'m> {
     pub ticks: std::cell::Cell<u64>,
     /// The `while` instructions being executed, outermost first (for messages).
     pub loops: std::cell::RefCell<Vec<InstrId>>,
+    /// Evaluation plans by computation, built on first use.
+    pub plans: std::cell::RefCell<Vec<Option<Rc<CompPlan>>>>,
 }
 
 impl<'m> Interp<'m> {
     /// Evaluates computation `c` with parameters `args`.
-    pub fn run(&self, c: CompId, args: &[Rc<Value>]) -> Result<Rc<Value>, InterpError> {
+    pub fn run(&self, c: CompId, args: &[Arc<Value>]) -> Result<Arc<Value>, InterpError> {
         let comp = self.m.comp(c);
         if args.len() != comp.params.len() {
             return Err(InterpError::Internal(format!(
@@ -149,54 +232,61 @@ impl<'m> Interp<'m> {
                 args.len()
             )));
         }
-        let mut env: HashMap<InstrId, Rc<Value>> = HashMap::with_capacity(comp.instrs.len());
-        let tiling = fused::tiling(self, c);
-        // What each instruction reads from `env`: a tiled chain's end reads the
-        // chain's inputs; the chain's inside reads (and is) nothing.
-        let reads = |id: InstrId| -> &[InstrId] {
-            if tiling.internal.contains(&id) {
-                &[]
-            } else if let Some(p) = tiling.plans.get(&id) {
-                &p.inputs
-            } else {
-                &self.m.instr(id).operands
-            }
-        };
-        let mut last_use: HashMap<InstrId, usize> = HashMap::new();
-        for (pos, &id) in comp.instrs.iter().enumerate() {
-            for &o in reads(id) {
-                last_use.insert(o, pos);
-            }
-        }
-        for (pos, &id) in comp.instrs.iter().enumerate() {
-            if tiling.internal.contains(&id) {
-                continue;
-            }
+        let plan = self.comp_plan(c);
+        let mut env: Vec<Option<Arc<Value>>> = vec![None; comp.instrs.len()];
+        let mut inputs: Vec<Arc<Value>> = Vec::new();
+        for st in &plan.steps {
             self.step(c)?;
-            let v = match tiling.plans.get(&id) {
-                Some(plan) => {
-                    crate::memory::check_allocation(self.m.instr(id), self.max_alloc)?;
-                    let inputs = plan
-                        .inputs
-                        .iter()
-                        .map(|i| env.get(i).cloned())
-                        .collect::<Option<Vec<_>>>()
-                        .ok_or_else(|| InterpError::Internal("tiled chain input missing".into()))?;
-                    fused::eval_plan(plan, &inputs)?
-                }
-                None => self.instr_value(id, args, &env)?,
-            };
-            env.insert(id, v);
-            // Free values nobody reads any more: peak memory follows the live set,
-            // not the whole computation.
-            for o in reads(id) {
-                if last_use.get(o) == Some(&pos) && *o != comp.root {
-                    env.remove(o);
-                }
+            inputs.clear();
+            for &r in &st.reads {
+                let v = env.get(r).and_then(Option::as_ref).ok_or_else(|| {
+                    InterpError::Internal(format!(
+                        "operand of '{}' used before definition",
+                        self.m.instr(st.id).name
+                    ))
+                })?;
+                inputs.push(v.clone());
             }
+            // Free values nobody reads any more before evaluating: peak memory
+            // follows the live set, and an operand read for the last time is
+            // held only by `inputs`.
+            for &f in &st.frees {
+                env[f] = None;
+            }
+            if st.bytes > self.max_alloc {
+                crate::memory::check_allocation(self.m.instr(st.id), self.max_alloc)?;
+            }
+            let v = if st.tiled {
+                let fp = plan
+                    .tiling
+                    .plans
+                    .get(&st.id)
+                    .ok_or_else(|| InterpError::Internal("tiled chain without plan".into()))?;
+                fused::eval_plan(fp, &inputs)?
+            } else {
+                self.instr_value(st.id, args, &inputs)?
+            };
+            inputs.clear();
+            env[st.slot] = Some(v);
         }
-        env.remove(&comp.root)
+        env.get_mut(plan.root)
+            .and_then(Option::take)
             .ok_or_else(|| InterpError::Internal(format!("root of '{}' not evaluated", comp.name)))
+    }
+
+    /// The evaluation plan of computation `c`, built on first use.
+    fn comp_plan(&self, c: CompId) -> Rc<CompPlan> {
+        let i = c.0 as usize;
+        if let Some(Some(p)) = self.plans.borrow().get(i) {
+            return p.clone();
+        }
+        let p = Rc::new(CompPlan::new(self, c));
+        let mut plans = self.plans.borrow_mut();
+        if plans.len() <= i {
+            plans.resize(i + 1, None);
+        }
+        plans[i] = Some(p.clone());
+        p
     }
 
     /// Counts one step against the run's limits; stops the run (and, through the
@@ -218,14 +308,13 @@ impl<'m> Interp<'m> {
         Err(err)
     }
 
-    /// The value of instruction `id`: its parameter, or its op applied to the
-    /// operand values in `env`.
+    /// The value of instruction `id`: its parameter, or its op applied to `ops`.
     fn instr_value(
         &self,
         id: InstrId,
-        args: &[Rc<Value>],
-        env: &HashMap<InstrId, Rc<Value>>,
-    ) -> Result<Rc<Value>, InterpError> {
+        args: &[Arc<Value>],
+        ops: &[Arc<Value>],
+    ) -> Result<Arc<Value>, InterpError> {
         let ins = self.m.instr(id);
         if ins.opcode == Opcode::Parameter {
             let n = ins.parameter_number.unwrap_or(-1);
@@ -234,20 +323,7 @@ impl<'m> Interp<'m> {
                 .cloned()
                 .ok_or_else(|| InterpError::Internal(format!("bad parameter number {n}")));
         }
-        let ops: Vec<Rc<Value>> = ins
-            .operands
-            .iter()
-            .map(|o| {
-                env.get(o).cloned().ok_or_else(|| {
-                    InterpError::Internal(format!(
-                        "operand of '{}' used before definition",
-                        ins.name
-                    ))
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        crate::memory::check_allocation(ins, self.max_alloc)?;
-        self.eval(id, &ops).map_err(|e| e.at(&ins.name))
+        self.eval(id, ops).map_err(|e| e.at(&ins.name))
     }
 
     fn comp_attr(&self, id: InstrId, name: &str) -> Result<CompId, InterpError> {
@@ -257,27 +333,25 @@ impl<'m> Interp<'m> {
             .ok_or_else(|| InterpError::Internal(format!("missing attribute {name}")))
     }
 
-    fn eval(&self, id: InstrId, ops: &[Rc<Value>]) -> Result<Rc<Value>, InterpError> {
+    fn eval(&self, id: InstrId, ops: &[Arc<Value>]) -> Result<Arc<Value>, InterpError> {
         let ins = self.m.instr(id);
         let arr = |i: usize| -> Result<&Array, InterpError> {
             ops.get(i)
                 .ok_or_else(|| InterpError::Internal(format!("missing operand {i}")))?
                 .as_array()
         };
-        let wrap = |a: Array| Ok(Rc::new(Value::Array(a)));
+        let wrap = |a: Array| Ok(Arc::new(Value::Array(a)));
         match ins.opcode {
             Opcode::Constant => match &ins.literal {
                 Some(Literal::Elided) => Err(InterpError::ElidedConstant(ins.name.clone())),
-                Some(lit) => Ok(Rc::new(literal_value(lit, &ins.shape)?)),
+                Some(lit) => Ok(Arc::new(literal_value(lit, &ins.shape)?)),
                 None => Err(InterpError::Internal("constant without literal".into())),
             },
-            Opcode::Tuple => Ok(Rc::new(Value::Tuple(
-                ops.iter().map(|v| (**v).clone()).collect(),
-            ))),
+            Opcode::Tuple => Ok(Arc::new(Value::Tuple(ops.to_vec()))),
             Opcode::GetTupleElement => {
                 let idx = ins.attr_int("index").unwrap_or(0) as usize;
                 match &*ops[0] {
-                    Value::Tuple(t) => t.get(idx).cloned().map(Rc::new).ok_or_else(|| {
+                    Value::Tuple(t) => t.get(idx).cloned().ok_or_else(|| {
                         InterpError::Internal(format!("tuple index {idx} out of range"))
                     }),
                     Value::Array(_) => Err(InterpError::Internal(
@@ -347,7 +421,7 @@ impl<'m> Interp<'m> {
                 } else if crate::lapack::is_linalg_target(target) {
                     crate::lapack::call(self, id, target, ops)
                 } else if target == "TopK" {
-                    crate::index_ops::topk_custom_call(self, id, ops).map(Rc::new)
+                    crate::index_ops::topk_custom_call(self, id, ops).map(Arc::new)
                 } else {
                     Err(InterpError::Unsupported(format!(
                         "custom-call target '{target}'"
@@ -373,19 +447,19 @@ impl<'m> Interp<'m> {
                     ops::reduce_window(self, &inputs, w, out_dims, to_apply)?
                 };
                 if ins.shape.is_tuple() {
-                    Ok(Rc::new(Value::Tuple(
+                    Ok(Arc::new(Value::tuple(
                         outs.into_iter().map(Value::Array).collect(),
                     )))
                 } else {
                     outs.into_iter()
                         .next()
-                        .map(|a| Rc::new(Value::Array(a)))
+                        .map(|a| Arc::new(Value::Array(a)))
                         .ok_or_else(|| InterpError::Internal("reduce without result".into()))
                 }
             }
             op if crate::collectives::handles(op) => crate::collectives::eval(self, id, ops),
             op if crate::index_ops::handles(op) => {
-                crate::index_ops::eval(self, id, ops).map(Rc::new)
+                crate::index_ops::eval(self, id, ops).map(Arc::new)
             }
             op if more_ops::is_tuple_op(op) => more_ops::tuple_op(self, id, ops),
             op => {
@@ -420,8 +494,8 @@ impl Interp<'_> {
         id: InstrId,
         cond: CompId,
         body: CompId,
-        mut state: Rc<Value>,
-    ) -> Result<Rc<Value>, InterpError> {
+        mut state: Arc<Value>,
+    ) -> Result<Arc<Value>, InterpError> {
         let mut n = 0u64;
         loop {
             let c = self.run(cond, std::slice::from_ref(&state))?;
@@ -442,7 +516,7 @@ impl Interp<'_> {
 
 fn literal_value(lit: &Literal, shape: &Shape) -> Result<Value, InterpError> {
     match (lit, shape) {
-        (Literal::Tuple(ls), Shape::Tuple(ss)) => Ok(Value::Tuple(
+        (Literal::Tuple(ls), Shape::Tuple(ss)) => Ok(Value::tuple(
             ls.iter()
                 .zip(ss)
                 .map(|(l, s)| literal_value(l, s))

@@ -18,7 +18,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::{CompId, InstrId, OpCategory, Opcode, PrimitiveType as T};
 
 /// Elements per tile: large enough to amortize the per-op loop, small enough that
@@ -321,7 +321,7 @@ fn scalar_broadcast(interp: &Interp, id: InstrId) -> Option<f32> {
 }
 
 /// Evaluates plan `p` on the values of its inputs (in `p.inputs` order).
-pub(crate) fn eval_plan(p: &Plan, values: &[Rc<Value>]) -> Result<Rc<Value>, InterpError> {
+pub(crate) fn eval_plan(p: &Plan, values: &[Arc<Value>]) -> Result<Arc<Value>, InterpError> {
     let arrays: Vec<&Array> = values
         .iter()
         .map(|v| v.as_array())
@@ -353,7 +353,7 @@ pub(crate) fn eval_plan(p: &Plan, values: &[Rc<Value>]) -> Result<Rc<Value>, Int
     out.par_chunks_mut(TILE)
         .enumerate()
         .for_each(|(t, dst)| eval_tile(p, &inputs, t * TILE, dst));
-    Ok(Rc::new(Value::Array(Array::from_f32s(
+    Ok(Arc::new(Value::Array(Array::from_f32s(
         p.root_ty,
         p.dims.clone(),
         out,

@@ -5,7 +5,7 @@ use crate::eval::{array_dims, Interp};
 use crate::lift::internal;
 use crate::value::{Array, Value};
 use crate::{gather, lift, rng, scatter, sort, window, InterpError};
-use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::{AttrValue, InstrId, Opcode, Shape};
 
 /// Whether [`eval`] implements `op`.
@@ -27,11 +27,11 @@ pub(crate) fn handles(op: Opcode) -> bool {
     )
 }
 
-fn arrays(ops: &[Rc<Value>]) -> Result<Vec<&Array>, InterpError> {
+fn arrays(ops: &[Arc<Value>]) -> Result<Vec<&Array>, InterpError> {
     ops.iter().map(|v| v.as_array()).collect()
 }
 
-fn arr(ops: &[Rc<Value>], i: usize) -> Result<&Array, InterpError> {
+fn arr(ops: &[Arc<Value>], i: usize) -> Result<&Array, InterpError> {
     ops.get(i)
         .ok_or_else(|| internal(format!("missing operand {i}")))?
         .as_array()
@@ -49,7 +49,7 @@ fn leaf_dims(
 }
 
 /// Evaluates one of the ops [`handles`] accepts.
-pub(crate) fn eval(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Value, InterpError> {
+pub(crate) fn eval(interp: &Interp, id: InstrId, ops: &[Arc<Value>]) -> Result<Value, InterpError> {
     let ins = interp.m.instr(id);
     let comp = |name: &str| {
         ins.attr_comp(name)
@@ -107,7 +107,7 @@ pub(crate) fn eval(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Va
             lift::map(interp, comp("to_apply")?, &arrays(ops)?, dims).map(Value::Array)
         }
         // A token carries no data: an empty tuple stands for it.
-        Opcode::AfterAll => Ok(Value::Tuple(vec![])),
+        Opcode::AfterAll => Ok(Value::tuple(vec![])),
         // Static interpretation: sizes are the bounds, so the operand is unchanged.
         Opcode::SetDimensionSize => Ok(Value::Array(arr(ops, 0)?.clone())),
         Opcode::DynamicReshape => {
@@ -128,7 +128,7 @@ pub(crate) fn eval(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Va
 pub(crate) fn topk_custom_call(
     interp: &Interp,
     id: InstrId,
-    ops: &[Rc<Value>],
+    ops: &[Arc<Value>],
 ) -> Result<Value, InterpError> {
     let ins = interp.m.instr(id);
     let cmp = match ins.attr("called_computations") {

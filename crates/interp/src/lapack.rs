@@ -16,7 +16,7 @@ use crate::linalg::{self, from_complex, to_complex};
 use crate::value::{elem_count, Array, Value};
 use crate::InterpError;
 use num_complex::{Complex, Complex64 as C};
-use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::{InstrId, PrimitiveType as T};
 
 fn internal(msg: impl Into<String>) -> InterpError {
@@ -243,8 +243,8 @@ impl Out {
     }
 }
 
-fn tuple(v: Vec<Value>) -> Rc<Value> {
-    Rc::new(Value::Tuple(v))
+fn tuple(v: Vec<Value>) -> Arc<Value> {
+    Arc::new(Value::tuple(v))
 }
 
 const NAN: C = C::new(f64::NAN, f64::NAN);
@@ -254,8 +254,8 @@ pub fn call(
     interp: &Interp,
     id: InstrId,
     target: &str,
-    ops: &[Rc<Value>],
-) -> Result<Rc<Value>, InterpError> {
+    ops: &[Arc<Value>],
+) -> Result<Arc<Value>, InterpError> {
     let a: Vec<&Array> = ops.iter().map(|v| v.as_array()).collect::<Result<_, _>>()?;
     let first = *a.first().ok_or_else(|| internal("missing operand"))?;
     let lower = flag(interp, id, "uplo").unwrap_or('L') == 'L';
@@ -273,7 +273,7 @@ pub fn call(
                 unit_diagonal: flag(interp, id, "diag").unwrap_or('N') == 'U',
                 transpose_a,
             };
-            Ok(Rc::new(Value::Array(linalg::triangular_solve(
+            Ok(Arc::new(Value::Array(linalg::triangular_solve(
                 first, b, &opts,
             )?)))
         }
@@ -310,7 +310,7 @@ pub fn call(
 /// `?potrf`: (factor, info); the factor in the `uplo` triangle, the other
 /// triangle as it was; `info` is 0, or 1 for a matrix that is not positive
 /// definite (jaxlib only tests it against 0 and then masks the factor with NaNs).
-fn potrf(interp: &Interp, id: InstrId, a: &Array, lower: bool) -> Result<Rc<Value>, InterpError> {
+fn potrf(interp: &Interp, id: InstrId, a: &Array, lower: bool) -> Result<Arc<Value>, InterpError> {
     let (factor, ok) = linalg::potrf(a, lower)?;
     let out = Out::new(interp, id, "potrf", 2)?;
     let info: Vec<i64> = ok.iter().map(|&good| if good { 0 } else { 1 }).collect();
@@ -319,7 +319,7 @@ fn potrf(interp: &Interp, id: InstrId, a: &Array, lower: bool) -> Result<Rc<Valu
 
 /// `?getrf`: (L\U, 1-based pivots, info); TPU `LuDecomposition`: (L\U, 0-based
 /// pivots, permutation).
-fn lu(interp: &Interp, id: InstrId, a: &Array, tpu: bool) -> Result<Rc<Value>, InterpError> {
+fn lu(interp: &Interp, id: InstrId, a: &Array, tpu: bool) -> Result<Arc<Value>, InterpError> {
     let x = Batch::new(a)?;
     let out = Out::new(interp, id, "LU", 3)?;
     let (mut lu, mut pivots, mut third) = (Vec::with_capacity(x.vals.len()), vec![], vec![]);
@@ -342,7 +342,7 @@ fn lu(interp: &Interp, id: InstrId, a: &Array, tpu: bool) -> Result<Rc<Value>, I
 }
 
 /// `?geqrf` / TPU `Qr`: (reflectors and R packed, taus).
-fn geqrf(interp: &Interp, id: InstrId, a: &Array) -> Result<Rc<Value>, InterpError> {
+fn geqrf(interp: &Interp, id: InstrId, a: &Array) -> Result<Arc<Value>, InterpError> {
     let x = Batch::new(a)?;
     let out = Out::new(interp, id, "QR", 2)?;
     let (mut packed, mut taus) = (Vec::with_capacity(x.vals.len()), vec![]);
@@ -356,7 +356,7 @@ fn geqrf(interp: &Interp, id: InstrId, a: &Array) -> Result<Rc<Value>, InterpErr
 
 /// `?orgqr`/`?ungqr` / TPU `ProductOfElementaryHouseholderReflectors`: Q with
 /// the operand's shape from the reflectors and taus.
-fn orgqr(interp: &Interp, id: InstrId, a: &Array, taus: &Array) -> Result<Rc<Value>, InterpError> {
+fn orgqr(interp: &Interp, id: InstrId, a: &Array, taus: &Array) -> Result<Arc<Value>, InterpError> {
     let x = Batch::new(a)?;
     let t = to_complex(taus)?;
     let k = taus.dims.last().copied().unwrap_or(0);
@@ -371,14 +371,14 @@ fn orgqr(interp: &Interp, id: InstrId, a: &Array, taus: &Array) -> Result<Rc<Val
     for b in 0..x.count {
         q.extend(orgqr_in(&x, x.matrix(b), &t[b * k..(b + 1) * k]));
     }
-    out.float(0, &q).map(Rc::new)
+    out.float(0, &q).map(Arc::new)
 }
 
 /// `?gesdd`: (A overwritten, s, u, vt, info) with mode 'A' (full u and vt),
 /// 'S' (thin) or 'N' (values only; u and vt zeros). A matrix with a NaN or an
 /// infinity gives `info = -4` (LAPACK's check for NaN), one that does not
 /// converge `info = 1`; both NaN results (jaxlib masks them with NaN anyway).
-fn gesdd(interp: &Interp, id: InstrId, a: &Array, mode: char) -> Result<Rc<Value>, InterpError> {
+fn gesdd(interp: &Interp, id: InstrId, a: &Array, mode: char) -> Result<Arc<Value>, InterpError> {
     let x = Batch::new(a)?;
     let out = Out::new(interp, id, "SVD", 5)?;
     let (m, n, k) = (x.m, x.n, x.m.min(x.n));
@@ -433,7 +433,7 @@ fn eigh(
     lower: bool,
     vectors: bool,
     lapack: bool,
-) -> Result<Rc<Value>, InterpError> {
+) -> Result<Arc<Value>, InterpError> {
     let x = Batch::new(a)?;
     let n = x.square("eigh")?;
     let out = Out::new(interp, id, "eigh", if lapack { 3 } else { 2 })?;
@@ -461,7 +461,7 @@ fn eigh(
 /// are complex, columns of unit norm with the largest component real, and zeros
 /// unless `compute_left`/`compute_right` is 'V'. A matrix with a NaN or an
 /// infinity, or one that does not converge, gives NaNs and `info = 1`.
-fn geev(interp: &Interp, id: InstrId, a: &Array) -> Result<Rc<Value>, InterpError> {
+fn geev(interp: &Interp, id: InstrId, a: &Array) -> Result<Arc<Value>, InterpError> {
     let x = Batch::new(a)?;
     let n = x.square("eig")?;
     let left = flag(interp, id, "compute_left").unwrap_or('N') == 'V';

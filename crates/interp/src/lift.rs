@@ -7,7 +7,7 @@ use crate::eval::Interp;
 use crate::value::{Array, Data, Value};
 use crate::{ops, InterpError};
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::literal::{Literal, LiteralData};
 use tpusim_hlo::{CompId, InstrId, OpCategory, Opcode, Shape};
 
@@ -16,17 +16,17 @@ pub(crate) fn internal(msg: impl Into<String>) -> InterpError {
 }
 
 /// Element `i` of `a` as a scalar value (an argument of a scalar computation).
-pub(crate) fn scalar_at(a: &Array, i: usize) -> Rc<Value> {
-    Rc::new(Value::Array(Array::new(a.ty, vec![], a.data.take(&[i]))))
+pub(crate) fn scalar_at(a: &Array, i: usize) -> Arc<Value> {
+    Arc::new(Value::Array(Array::new(a.ty, vec![], a.data.take(&[i]))))
 }
 
 /// Runs scalar computation `f` on `args` and returns its result leaves as arrays.
 pub(crate) fn call_scalar(
     interp: &Interp,
     f: CompId,
-    args: &[Rc<Value>],
+    args: &[Arc<Value>],
 ) -> Result<Vec<Array>, InterpError> {
-    let v = Rc::unwrap_or_clone(interp.run(f, args)?);
+    let v = Arc::unwrap_or_clone(interp.run(f, args)?);
     let mut leaves = Vec::new();
     v.into_leaves(&mut leaves);
     leaves
@@ -223,8 +223,8 @@ pub(crate) fn lift(
             )?,
             Opcode::Select => select(arg(0)?, arg(1)?, arg(2)?)?,
             Opcode::Clamp | Opcode::Convert => {
-                let ops: Vec<Rc<Value>> = (0..ins.operands.len())
-                    .map(|i| arg(i).map(|a| Rc::new(Value::Array(a.clone()))))
+                let ops: Vec<Arc<Value>> = (0..ins.operands.len())
+                    .map(|i| arg(i).map(|a| Arc::new(Value::Array(a.clone()))))
                     .collect::<Result<_, _>>()?;
                 ops::array_op(interp, id, ty, dims.to_vec(), &ops)?
             }
@@ -277,7 +277,7 @@ pub(crate) fn map(
     let n: usize = dims.iter().product();
     let mut parts = Vec::with_capacity(n);
     for i in 0..n {
-        let args: Vec<Rc<Value>> = xs.iter().map(|a| scalar_at(a, i)).collect();
+        let args: Vec<Arc<Value>> = xs.iter().map(|a| scalar_at(a, i)).collect();
         let mut r = call_scalar(interp, f, &args)?;
         if r.len() != 1 {
             return Err(internal("map computation must return one scalar"));

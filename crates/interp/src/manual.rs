@@ -16,7 +16,7 @@ use crate::eval::{array_dims, Interp};
 use crate::value::{Array, Value};
 use crate::InterpError;
 use std::collections::HashSet;
-use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::attr::FrontendValue;
 use tpusim_hlo::{AttrValue, InstrId, Instruction, Module, Opcode, Shape};
 
@@ -198,8 +198,8 @@ fn tiles_of(
 pub(crate) fn eval(
     interp: &Interp,
     id: InstrId,
-    ops: &[Rc<Value>],
-) -> Result<Rc<Value>, InterpError> {
+    ops: &[Arc<Value>],
+) -> Result<Arc<Value>, InterpError> {
     let m = interp.m;
     let ins = m.instr(id);
     let mesh = manual_mesh(m)?;
@@ -241,7 +241,7 @@ pub(crate) fn eval(
             })
             .collect::<Result<_, _>>()?
     } else {
-        let mine = Value::Tuple(ops.iter().map(|v| (**v).clone()).collect());
+        let mine = Value::Tuple(ops.to_vec());
         let n = mesh.devices();
         let all = exchange(interp, id, (0..n).collect(), dev.device, mine)?;
         (0..ops.len())
@@ -267,13 +267,13 @@ pub(crate) fn eval(
             })
             .collect::<Result<_, InterpError>>()?
     };
-    Ok(Rc::new(match (&ins.shape, results.len()) {
-        (Shape::Tuple(_), _) => Value::Tuple(results),
+    Ok(Arc::new(match (&ins.shape, results.len()) {
+        (Shape::Tuple(_), _) => Value::tuple(results),
         (_, 1) => results
             .into_iter()
             .next()
-            .unwrap_or(Value::Tuple(Vec::new())),
-        _ => Value::Tuple(results),
+            .unwrap_or(Value::tuple(Vec::new())),
+        _ => Value::tuple(results),
     }))
 }
 

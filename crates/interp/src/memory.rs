@@ -58,6 +58,15 @@ pub fn check_allocation(ins: &Instruction, max_bytes: u64) -> Result<(), InterpE
     Ok(())
 }
 
+/// Bytes `ins` allocates for its result (0 when it shares its operand's storage):
+/// [`check_allocation`] fails exactly when this exceeds its limit.
+pub fn allocation_bytes(ins: &Instruction) -> u64 {
+    if allocates(ins.opcode) == Alloc::None {
+        return 0;
+    }
+    storage_bytes(&ins.shape)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Alloc {
     /// Shares its operand's storage.

@@ -5,7 +5,7 @@
 use crate::eval::Interp;
 use crate::value::{Array, Value};
 use crate::{batchnorm, dots, fft, linalg, numeric, InterpError};
-use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::{InstrId, Opcode, PrimitiveType as T, Shape};
 
 fn internal(msg: impl Into<String>) -> InterpError {
@@ -48,7 +48,7 @@ pub fn is_tuple_op(op: Opcode) -> bool {
     )
 }
 
-fn operands(ops: &[Rc<Value>]) -> Result<Vec<&Array>, InterpError> {
+fn operands(ops: &[Arc<Value>]) -> Result<Vec<&Array>, InterpError> {
     ops.iter().map(|v| v.as_array()).collect()
 }
 
@@ -58,7 +58,7 @@ pub fn array_op(
     id: InstrId,
     ty: T,
     dims: Vec<usize>,
-    ops: &[Rc<Value>],
+    ops: &[Arc<Value>],
 ) -> Result<Array, InterpError> {
     let ins = interp.m.instr(id);
     let a = operands(ops)?;
@@ -160,8 +160,8 @@ fn feature_index(interp: &Interp, id: InstrId) -> usize {
 /// A value of `shape` filled with zeros (tokens become empty tuples).
 fn zeros(shape: &Shape) -> Result<Value, InterpError> {
     match shape {
-        Shape::Tuple(t) => Ok(Value::Tuple(t.iter().map(zeros).collect::<Result<_, _>>()?)),
-        s if s.is_token() => Ok(Value::Tuple(vec![])),
+        Shape::Tuple(t) => Ok(Value::tuple(t.iter().map(zeros).collect::<Result<_, _>>()?)),
+        s if s.is_token() => Ok(Value::tuple(vec![])),
         s => {
             let (ty, dims) = crate::eval::array_dims(s)?;
             Ok(Value::Array(Array::zeros(ty, dims)?))
@@ -169,22 +169,25 @@ fn zeros(shape: &Shape) -> Result<Value, InterpError> {
     }
 }
 
-fn element(v: &Value, i: usize) -> Result<Rc<Value>, InterpError> {
+fn element(v: &Value, i: usize) -> Result<Arc<Value>, InterpError> {
     match v {
         Value::Tuple(t) => t
             .get(i)
             .cloned()
-            .map(Rc::new)
             .ok_or_else(|| internal(format!("tuple index {i} out of range"))),
         Value::Array(_) => Err(internal("expected a tuple operand")),
     }
 }
 
 /// Evaluates an op listed by [`is_tuple_op`].
-pub fn tuple_op(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Rc<Value>, InterpError> {
+pub fn tuple_op(
+    interp: &Interp,
+    id: InstrId,
+    ops: &[Arc<Value>],
+) -> Result<Arc<Value>, InterpError> {
     let ins = interp.m.instr(id);
     let tuple = |v: Vec<Array>| {
-        Ok(Rc::new(Value::Tuple(
+        Ok(Arc::new(Value::tuple(
             v.into_iter().map(Value::Array).collect(),
         )))
     };
@@ -210,7 +213,7 @@ pub fn tuple_op(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Rc<Va
                 .tuple_elements()
                 .ok_or_else(|| internal("async-start with a non-tuple shape"))?;
             let captured = match elems.first() {
-                Some(Shape::Tuple(_)) => Value::Tuple(ops.iter().map(|v| (**v).clone()).collect()),
+                Some(Shape::Tuple(_)) => Value::Tuple(ops.to_vec()),
                 _ => ops
                     .first()
                     .map(|v| (**v).clone())
@@ -220,7 +223,7 @@ pub fn tuple_op(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Rc<Va
             for s in elems.iter().skip(2) {
                 out.push(zeros(s)?);
             }
-            Ok(Rc::new(Value::Tuple(out)))
+            Ok(Arc::new(Value::tuple(out)))
         }
         Opcode::AsyncUpdate => ops
             .first()
@@ -234,14 +237,14 @@ pub fn tuple_op(interp: &Interp, id: InstrId, ops: &[Rc<Value>]) -> Result<Rc<Va
                 Some([_, _, c, ..]) => zeros(c)?,
                 _ => Value::Array(Array::zeros(T::U32, vec![])?),
             };
-            Ok(Rc::new(Value::Tuple(vec![
+            Ok(Arc::new(Value::tuple(vec![
                 (**x).clone(),
                 (**x).clone(),
                 ctx,
             ])))
         }
         // Tokens carry no data; an empty tuple stands for one.
-        Opcode::AfterAll => Ok(Rc::new(Value::Tuple(vec![]))),
+        Opcode::AfterAll => Ok(Arc::new(Value::tuple(vec![]))),
         Opcode::CopyDone => element(ops.first().ok_or_else(|| internal("missing operand"))?, 0),
         op => Err(InterpError::Unsupported(format!(
             "opcode '{}' (host/device I/O needs a real device)",

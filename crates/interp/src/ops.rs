@@ -9,7 +9,7 @@ use crate::InterpError;
 use half::{bf16, f16};
 use rayon::prelude::*;
 use std::borrow::Cow;
-use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::attr::AttrValue;
 use tpusim_hlo::{CompId, InstrId, Opcode, PrimitiveType as T, Shape};
 
@@ -224,7 +224,7 @@ pub(crate) fn bitcast_convert(a: &Array, ty: T, dims: Vec<usize>) -> Result<Arra
     }
 }
 
-fn scalar_starts(ops: &[Rc<Value>], first: usize) -> Result<Vec<i64>, InterpError> {
+fn scalar_starts(ops: &[Arc<Value>], first: usize) -> Result<Vec<i64>, InterpError> {
     let rest = &ops[first..];
     if rest.len() == 1 && rest[0].as_array()?.dims.len() == 1 {
         return rest[0].as_array()?.to_index_i64s();
@@ -464,7 +464,7 @@ pub fn array_op(
     id: InstrId,
     ty: T,
     dims: Vec<usize>,
-    ops: &[Rc<Value>],
+    ops: &[Arc<Value>],
 ) -> Result<Array, InterpError> {
     let ins = interp.m.instr(id);
     let arr = |i: usize| -> Result<&Array, InterpError> {
@@ -849,15 +849,15 @@ fn fold_groups(
     // General path: fold with the computation, one scalar at a time.
     let mut results: Vec<Vec<Value>> = vec![Vec::with_capacity(groups.len()); nv];
     let scalar =
-        |a: &Array, i: usize| Rc::new(Value::Array(Array::new(a.ty, vec![], a.data.take(&[i]))));
+        |a: &Array, i: usize| Arc::new(Value::Array(Array::new(a.ty, vec![], a.data.take(&[i]))));
     for g in groups {
-        let mut acc: Vec<Rc<Value>> = inits.iter().map(|a| scalar(a, 0)).collect();
+        let mut acc: Vec<Arc<Value>> = inits.iter().map(|a| scalar(a, 0)).collect();
         for &r in g {
             let mut args = acc.clone();
             args.extend(xs.iter().map(|a| scalar(a, r)));
             let v = interp.run(f, &args)?;
             acc = match &*v {
-                Value::Tuple(t) => t.iter().map(|x| Rc::new(x.clone())).collect(),
+                Value::Tuple(t) => t.clone(),
                 Value::Array(_) => vec![v],
             };
             if acc.len() != nv {

@@ -183,7 +183,7 @@ pub(crate) fn rng_bit_generator(
             .collect();
         Array::new(bits_ty, bits_dims, Data::I64(v))
     };
-    Ok(Value::Tuple(vec![
+    Ok(Value::tuple(vec![
         Value::Array(Array::new(
             state.ty,
             state.dims.clone(),

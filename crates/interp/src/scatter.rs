@@ -7,7 +7,7 @@ use crate::lift::{call_scalar, internal, lift_all, scalar_at};
 use crate::value::{strides, Array, Data, Value};
 use crate::InterpError;
 use half::{bf16, f16};
-use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::{CompId, Instruction, Opcode, PrimitiveType as T};
 
 /// What a two-parameter combiner `f(p0, p1)` computes, when it is that simple.
@@ -146,7 +146,7 @@ pub(crate) fn apply_general(
     for &(d, s) in pairs {
         let cur = outs.iter().map(|a| scalar_at(a, d));
         let new = upds.iter().map(|a| scalar_at(a, s));
-        let args: Vec<Rc<Value>> = if upd_first {
+        let args: Vec<Arc<Value>> = if upd_first {
             new.chain(cur).collect()
         } else {
             cur.chain(new).collect()
@@ -322,7 +322,7 @@ fn scatter_pairs(
 pub(crate) fn scatter(
     interp: &Interp,
     id: tpusim_hlo::InstrId,
-    ops: &[Rc<Value>],
+    ops: &[Arc<Value>],
 ) -> Result<Value, InterpError> {
     let ins = interp.m.instr(id);
     if ops.len() < 3 || ops.len().is_multiple_of(2) {
@@ -347,6 +347,6 @@ pub(crate) fn scatter(
     Ok(if n == 1 {
         Value::Array(outs.remove(0))
     } else {
-        Value::Tuple(outs.into_iter().map(Value::Array).collect())
+        Value::tuple(outs.into_iter().map(Value::Array).collect())
     })
 }

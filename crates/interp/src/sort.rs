@@ -9,7 +9,7 @@ use crate::eval::Interp;
 use crate::lift::{call_scalar, internal, lift, mirrored, scalar_at, truth};
 use crate::value::{elem_count, strides, Array, Data, Value};
 use crate::InterpError;
-use std::rc::Rc;
+use std::sync::Arc;
 use tpusim_hlo::{CompId, Opcode, PrimitiveType as T};
 
 /// Sort keys as u64s whose unsigned order is the compare's order (so rows sort as
@@ -293,7 +293,7 @@ fn sorted_sources(
             (None, Some(c)) => {
                 perm.extend((0..n).map(|i| base + i * sd));
                 let mut less = |a: usize, b: usize| -> Result<bool, InterpError> {
-                    let args: Vec<Rc<Value>> = xs
+                    let args: Vec<Arc<Value>> = xs
                         .iter()
                         .flat_map(|x| [scalar_at(x, a), scalar_at(x, b)])
                         .collect();
@@ -334,7 +334,7 @@ pub(crate) fn sort(
     Ok(if outs.len() == 1 {
         outs.remove(0)
     } else {
-        Value::Tuple(outs)
+        Value::tuple(outs)
     })
 }
 
@@ -358,7 +358,7 @@ fn first_k(x: &Array, src: &[usize], k: usize) -> Result<Value, InterpError> {
     if rank > 0 {
         dims[rank - 1] = k;
     }
-    Ok(Value::Tuple(vec![
+    Ok(Value::tuple(vec![
         Value::Array(Array::new(x.ty, dims.clone(), x.data.take(&take))),
         Value::Array(Array::from_i64s(T::S32, dims, &idx)),
     ]))

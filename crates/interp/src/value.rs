@@ -2,6 +2,7 @@
 
 use crate::InterpError;
 use half::{bf16, f16};
+use std::sync::Arc;
 use tpusim_hlo::types::TypeKind;
 use tpusim_hlo::PrimitiveType as T;
 
@@ -151,10 +152,13 @@ pub struct Array {
 }
 
 /// A runtime value: an array or a (possibly nested) tuple.
+///
+/// Tuple elements are shared: building a tuple from values, taking an element
+/// out (`get-tuple-element`) or passing a loop state along copies no array data.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Array(Array),
-    Tuple(Vec<Value>),
+    Tuple(Vec<Arc<Value>>),
 }
 
 impl Value {
@@ -166,11 +170,18 @@ impl Value {
             )),
         }
     }
-    /// Flattened array leaves, depth first.
+    /// A tuple of `elems`.
+    pub fn tuple(elems: Vec<Value>) -> Value {
+        Value::Tuple(elems.into_iter().map(Arc::new).collect())
+    }
+    /// Flattened array leaves, depth first (array data is copied only where it
+    /// is still shared).
     pub fn into_leaves(self, out: &mut Vec<Value>) {
         match self {
             Value::Array(_) => out.push(self),
-            Value::Tuple(t) => t.into_iter().for_each(|v| v.into_leaves(out)),
+            Value::Tuple(t) => t
+                .into_iter()
+                .for_each(|v| Arc::unwrap_or_clone(v).into_leaves(out)),
         }
     }
 }

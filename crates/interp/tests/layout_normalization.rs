@@ -37,7 +37,10 @@ fn case() -> impl Strategy<Value = Case> {
 fn leaves(v: Value) -> Vec<Vec<f64>> {
     match v {
         Value::Array(a) => vec![a.to_f64s()],
-        Value::Tuple(t) => t.into_iter().flat_map(leaves).collect(),
+        Value::Tuple(t) => t
+            .into_iter()
+            .flat_map(|v| leaves(std::sync::Arc::unwrap_or_clone(v)))
+            .collect(),
     }
 }
 
