@@ -9,6 +9,7 @@ import pathlib
 import signal
 import threading
 import time
+from typing import Callable
 
 import pytest
 import tpusim
@@ -16,6 +17,25 @@ import tpusim
 
 def limits_file(repo: pathlib.Path, name: str) -> pathlib.Path:
     return repo / "testdata" / "limits" / name
+
+
+def latency_of_sigint(work: Callable[[], object]) -> float:
+    """Runs ``work`` with a SIGINT sent to this process 0.3 s in; checks that
+    it raises KeyboardInterrupt and returns how long after the signal."""
+    sent: list[float] = []
+
+    def interrupt() -> None:
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(0.3, interrupt)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            work()
+        return time.perf_counter() - sent[0]
+    finally:
+        timer.cancel()
 
 
 def test_limit_error_is_a_tpusim_error() -> None:
@@ -63,21 +83,8 @@ def test_a_bad_timeout_is_an_argument_error(bad: float) -> None:
 
 @pytest.mark.parametrize("name", ["never_ending_while.hlo", "never_ending_all_reduce.hlo"])
 def test_ctrl_c_raises_keyboard_interrupt(repo: pathlib.Path, name: str) -> None:
-    sent = []
-
-    def interrupt() -> None:
-        sent.append(time.perf_counter())
-        os.kill(os.getpid(), signal.SIGINT)
-
-    timer = threading.Timer(0.3, interrupt)
-    timer.start()
-    try:
-        # The timeout only keeps a broken interrupt from hanging the test suite.
-        with pytest.raises(KeyboardInterrupt):
-            tpusim.run(limits_file(repo, name), timeout=60)
-        latency = time.perf_counter() - sent[0]
-    finally:
-        timer.cancel()
+    # The timeout only keeps a broken interrupt from hanging the test suite.
+    latency = latency_of_sigint(lambda: tpusim.run(limits_file(repo, name), timeout=60))
     assert latency < 2.0, latency
 
 
@@ -110,23 +117,12 @@ def long_pod_collectives(n: int) -> str:
 @pytest.mark.parametrize("call", ["analyze", "trace"])
 def test_ctrl_c_stops_analyze_and_trace(call: str, tmp_path: pathlib.Path) -> None:
     text = long_pod_collectives(100)
-    sent = []
 
-    def interrupt() -> None:
-        sent.append(time.perf_counter())
-        os.kill(os.getpid(), signal.SIGINT)
+    def call_it() -> None:
+        if call == "analyze":
+            tpusim.analyze(text, chip="v5p", topology="16x16x16", network="sim")
+        else:
+            tpusim.trace(text, chip="v5p", logdir=tmp_path, topology="16x16x16", network="sim")
 
-    timer = threading.Timer(0.3, interrupt)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            if call == "analyze":
-                tpusim.analyze(text, chip="v5p", topology="16x16x16", network="sim")
-            else:
-                tpusim.trace(
-                    text, chip="v5p", logdir=tmp_path, topology="16x16x16", network="sim"
-                )
-        latency = time.perf_counter() - sent[0]
-    finally:
-        timer.cancel()
+    latency = latency_of_sigint(call_it)
     assert latency < 2.0, latency

@@ -111,13 +111,7 @@ pub fn run(args: &Args) -> Result<bool> {
     // An unpartitioned sharded module runs as tpusim's partitioner splits it,
     // on as many simulated devices as its mesh has; arrays stay global.
     let global_shapes = m.entry_parameter_shapes();
-    let global_outputs: Vec<Vec<usize>> = m
-        .instr(m.entry().root)
-        .shape
-        .leaves()
-        .iter()
-        .map(|a| a.dims.iter().map(|&d| d.max(0) as usize).collect())
-        .collect();
+    let global_outputs: Vec<Vec<usize>> = tpusim_interp::spmd::root_leaf_dims(m);
     let unpartitioned = tpusim_spmd::needs_partitioning(m);
     let (partitioned, _) =
         input::partition_if_needed(m.clone(), &Cancel::from_flag(interrupt.clone()))?;
@@ -130,9 +124,14 @@ pub fn run(args: &Args) -> Result<bool> {
         tpusim_interp::spmd::global_parameter_shapes(m)?
     };
     let inputs = match (&args.inputs, args.random_inputs) {
-        // Global arrays: bounded by the largest global shapes before reading,
-        // checked exactly against the shardings when split.
-        (Some(path), _) => npz::read_named_at_most(Path::new(path), "arg", &shapes)?,
+        // Checked against the shapes before reading. The global arrays of a
+        // partitioned module may be smaller than shard × tiles (padding):
+        // bounded here, checked exactly against the shardings when split.
+        // Every other module takes exactly its shapes.
+        (Some(path), _) if !unpartitioned && tpusim_interp::spmd::simulated_devices(m) > 1 => {
+            npz::read_named_at_most(Path::new(path), "arg", &shapes)?
+        }
+        (Some(path), _) => npz::read_named(Path::new(path), "arg", &shapes)?,
         (None, Some(seed)) => npz::random_args(&shapes, seed)?,
         (None, None) if shapes.is_empty() => Vec::new(),
         (None, None) => bail!(

@@ -1393,3 +1393,47 @@ fn each_cause_of_an_error_is_named_once() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn out_of_range_dimensions_and_slices_are_located_errors() {
+    let cases = [
+        (
+            "HloModule c\n\nENTRY e {\n  a = f32[2,2] parameter(0)\n  ROOT c = f32[2,4] concatenate(a, a), dimensions={-1}\n}\n",
+            "dimension -1 is out of range",
+        ),
+        (
+            "HloModule s\n\nENTRY e {\n  a = f32[4] parameter(0)\n  ROOT s = f32[4] slice(a), slice={[2:6]}\n}\n",
+            "out of range",
+        ),
+    ];
+    for (module, why) in cases {
+        for args in [
+            &["run", "-", "--random-inputs", "1"][..],
+            &["analyze", "-", "--chip", "v5e"][..],
+        ] {
+            let o = tpusim(args, Some(module));
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+            assert!(
+                err.contains(why) && err.contains("<stdin>:5:"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_one_device_module_names_no_device_in_input_errors() {
+    // The case's npz holds arg0 f32[2,7,6,3] and arg1 f32[2,4,3,3]; this
+    // one-device module wants a different arg1.
+    let npz = testdata("interp_cases/idx_max_pool_grad_same/inputs.npz");
+    let module = "HloModule m\n\nENTRY e {\n  p = f32[2,7,6,3] parameter(0)\n  q = f32[2,4,3,4] parameter(1)\n  ROOT t = (f32[2,7,6,3], f32[2,4,3,4]) tuple(p, q)\n}\n";
+    let o = tpusim(&["run", "-", "--inputs", &npz], Some(module));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("inputs.npz") && err.contains("parameter 1"),
+        "{err}"
+    );
+    assert!(!err.contains("device"), "{err}");
+}

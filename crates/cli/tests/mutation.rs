@@ -700,15 +700,7 @@ fn run(global: &Module, m: &Module, index: usize, note: &mut String) -> RunOutco
             return RunOutcome::Error;
         }
     };
-    let output_dims = unpartitioned.then(|| {
-        global
-            .instr(global.entry().root)
-            .shape
-            .leaves()
-            .iter()
-            .map(|a| a.dims.iter().map(|&d| d.max(0) as usize).collect())
-            .collect()
-    });
+    let output_dims = unpartitioned.then(|| tpusim_interp::spmd::root_leaf_dims(global));
     let opts = GlobalRun {
         output_shardings: None,
         output_dims,

@@ -278,17 +278,22 @@ pub(crate) fn execute_on(
     }
     let entry = m.entry();
     for (d, a) in args.iter().enumerate() {
+        // "of device d" only where there is more than one device.
+        let on_device = if n > 1 {
+            format!(" of device {d}")
+        } else {
+            String::new()
+        };
         if a.len() != entry.params.len() {
             return Err(InterpError::BadArgument(format!(
-                "the entry computation takes {} parameters, {} given for device {d}",
+                "the entry computation takes {} parameters, {} given{on_device}",
                 entry.params.len(),
                 a.len()
             )));
         }
         for (i, (&p, v)) in entry.params.iter().zip(a).enumerate() {
-            check_value_shape(&m.instr(p).shape, v).map_err(|e| {
-                InterpError::BadArgument(format!("parameter {i} of device {d}: {e}"))
-            })?;
+            check_value_shape(&m.instr(p).shape, v)
+                .map_err(|e| InterpError::BadArgument(format!("parameter {i}{on_device}: {e}")))?;
         }
     }
     let rendezvous = Rendezvous::new(m, n);
@@ -532,6 +537,18 @@ fn assemble_results(
         out.push(Value::Array(a));
     }
     Ok(out)
+}
+
+/// The dims of each output leaf of `m`'s entry as written: the global output
+/// dims of an unpartitioned module (what [`GlobalRun::output_dims`] takes
+/// when its partitioned form runs).
+pub fn root_leaf_dims(m: &Module) -> Vec<Vec<usize>> {
+    m.instr(m.entry().root)
+        .shape
+        .leaves()
+        .iter()
+        .map(|a| a.dims.iter().map(|&d| d.max(0) as usize).collect())
+        .collect()
 }
 
 /// The global shapes of the entry parameters: for a partitioned module, shard

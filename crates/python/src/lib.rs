@@ -322,13 +322,7 @@ fn prepare_run(call: RunCall) -> Result<(tpusim_hlo::Module, GlobalRun), BindErr
     use tpusim_interp::{memory, sharding};
     let m = load::one_module(&call.name, &call.text, "run")?;
     // An unpartitioned sharded program runs partitioned, on global arrays.
-    let global_outputs: Vec<Vec<usize>> = m
-        .instr(m.entry().root)
-        .shape
-        .leaves()
-        .iter()
-        .map(|a| a.dims.iter().map(|&d| d.max(0) as usize).collect())
-        .collect();
+    let global_outputs: Vec<Vec<usize>> = tpusim_interp::spmd::root_leaf_dims(&m);
     let unpartitioned = tpusim_spmd::needs_partitioning(&m);
     let (m, _) = load::partition_if_needed(m, &Cancel::default())?;
     let cap = match &call.max_memory {
