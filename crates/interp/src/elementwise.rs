@@ -98,11 +98,11 @@ pub fn unary(op: Opcode, a: &Array, out: T) -> Result<Array, InterpError> {
             Ok(Array::new(out, dims, Data::F64(map1(v, |&x| f(x)))))
         }
         Data::F32(_) | Data::Bf16(_) | Data::F16(_) | Data::F8(_) => {
-            let f = float_unary32(op).ok_or_else(|| unsupported(op, a.ty))?;
             let v = match &a.data {
-                Data::F32(x) => map1(x, |&x| f(x)),
-                _ => map1(&a.to_f32s(), |&x| f(x)),
-            };
+                Data::F32(x) => crate::fused::unary_f32(op, x),
+                _ => crate::fused::unary_f32(op, &a.to_f32s()),
+            }
+            .ok_or_else(|| unsupported(op, a.ty))?;
             Ok(Array::from_op_f32s(out, dims, v))
         }
         Data::I64(v) => {
@@ -417,21 +417,13 @@ pub fn binary(
             ))
         }
         (Data::F32(x), Data::F32(y)) => {
-            let f = float_binary32(op).ok_or_else(|| unsupported(op, a.ty))?;
-            Ok(Array::new(
-                out,
-                dims,
-                Data::F32(map2(x, y, |&p, &q| f(p, q))),
-            ))
+            let v = crate::fused::binary_f32(op, x, y).ok_or_else(|| unsupported(op, a.ty))?;
+            Ok(Array::new(out, dims, Data::F32(v)))
         }
         (Data::Bf16(_), _) | (Data::F16(_), _) | (Data::F8(_), _) => {
-            let f = float_binary32(op).ok_or_else(|| unsupported(op, a.ty))?;
             let (x, y) = (a.to_f32s(), b.to_f32s());
-            Ok(Array::from_op_f32s(
-                out,
-                dims,
-                map2(&x, &y, |&p, &q| f(p, q)),
-            ))
+            let v = crate::fused::binary_f32(op, &x, &y).ok_or_else(|| unsupported(op, a.ty))?;
+            Ok(Array::from_op_f32s(out, dims, v))
         }
         (Data::I64(x), Data::I64(y)) => {
             signed_binary(op, 0, 0, bits).ok_or_else(|| unsupported(op, a.ty))?;

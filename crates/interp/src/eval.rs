@@ -75,6 +75,7 @@ pub(crate) fn run_entry(
         ticks: Default::default(),
         loops: Default::default(),
         plans: Default::default(),
+        constants: Default::default(),
     };
     let out = interp.run(m.entry, &args)?;
     let mut leaves = Vec::new();
@@ -131,6 +132,9 @@ pub(crate) struct CompPlan {
     steps: Vec<Step>,
     /// Slot of the root.
     root: usize,
+    /// Slots: the computation's instructions, then those of the leaf
+    /// computations whose calls were spliced in.
+    env_len: usize,
 }
 
 /// One evaluated instruction. Slots are positions in the computation's
@@ -138,68 +142,170 @@ pub(crate) struct CompPlan {
 struct Step {
     id: InstrId,
     slot: usize,
-    /// Slots read (a tiled chain's end reads the chain's inputs).
-    reads: Vec<usize>,
-    /// Slots read here for the last time (never the root).
-    frees: Vec<usize>,
+    /// Slots read (a tiled chain's end reads the chain's inputs), each with
+    /// whether this is its last read: then the value is moved out of the
+    /// environment instead of shared (never the root's slot), so values nobody
+    /// reads any more are freed as soon as possible.
+    reads: Vec<(usize, bool)>,
     /// Bytes the result allocates (0 for ops that share their operand's storage).
     bytes: u64,
-    tiled: bool,
+    kind: StepKind,
 }
+
+/// How a step is evaluated: the ops that only move values between slots are
+/// done in the loop itself (a loop body is mostly these); the rest by the
+/// op's kernel.
+#[derive(Clone, Copy)]
+enum StepKind {
+    /// `parameter(n)`.
+    Parameter(usize),
+    /// `tuple(...)` of the reads.
+    Tuple,
+    /// `get-tuple-element(t), index=i`.
+    Element(usize),
+    /// The end of a tiled elementwise chain.
+    Tiled,
+    /// Anything else: [`Interp::eval`].
+    Kernel,
+}
+
+impl StepKind {
+    fn of(ins: &tpusim_hlo::Instruction, tiled: bool) -> StepKind {
+        if tiled {
+            return StepKind::Tiled;
+        }
+        match ins.opcode {
+            Opcode::Parameter => match ins.parameter_number.map(usize::try_from) {
+                Some(Ok(n)) => StepKind::Parameter(n),
+                _ => StepKind::Kernel,
+            },
+            Opcode::Tuple => StepKind::Tuple,
+            Opcode::GetTupleElement => match ins.attr_int("index").map(usize::try_from) {
+                Some(Ok(i)) => StepKind::Element(i),
+                _ => StepKind::Kernel,
+            },
+            _ => StepKind::Kernel,
+        }
+    }
+}
+
+/// Most steps a computation's plan may have once the leaf calls in it are
+/// spliced in: this many times its own instructions, plus [`SPLICE_EXTRA`].
+const SPLICE_FACTOR: usize = 4;
+const SPLICE_EXTRA: usize = 4096;
 
 impl CompPlan {
     fn new(interp: &Interp, c: CompId) -> CompPlan {
         let m = interp.m;
         let comp = m.comp(c);
-        let tiling = fused::tiling(interp, c);
-        let slot: HashMap<InstrId, usize> = comp
+        let mut tiling = fused::tiling(interp, c);
+        let mut slot: HashMap<InstrId, usize> = comp
             .instrs
             .iter()
             .enumerate()
             .map(|(p, &id)| (id, p))
             .collect();
+        let mut env_len = comp.instrs.len();
+        let mut splice_budget = comp.instrs.len() * SPLICE_FACTOR + SPLICE_EXTRA;
         let mut steps = Vec::with_capacity(comp.instrs.len());
         for (pos, &id) in comp.instrs.iter().enumerate() {
             if tiling.internal.contains(&id) {
                 continue;
             }
             let tiled = tiling.plans.contains_key(&id);
-            let reads: &[InstrId] = match tiling.plans.get(&id) {
+            let operands: &[InstrId] = match tiling.plans.get(&id) {
                 Some(p) => &p.inputs,
                 None => &m.instr(id).operands,
             };
+            // An operand from outside the computation has no slot: it reads
+            // as undefined, as before.
+            let reads: Vec<(usize, bool)> = operands
+                .iter()
+                .map(|o| (slot.get(o).copied().unwrap_or(usize::MAX), false))
+                .collect();
+            if !tiled {
+                if let Some(callee) = interp.leaf_callee(id) {
+                    let sub = CompPlan::new(interp, callee);
+                    if sub.steps.len() <= splice_budget {
+                        if let Some(root) = splice(m, &mut steps, &mut env_len, &reads, &sub) {
+                            splice_budget -= sub.steps.len();
+                            tiling.plans.extend(sub.tiling.plans);
+                            slot.insert(id, root);
+                            continue;
+                        }
+                    }
+                }
+            }
             steps.push(Step {
                 id,
                 slot: pos,
-                // An operand from outside the computation has no slot: it reads
-                // as undefined, as before.
-                reads: reads
-                    .iter()
-                    .map(|o| slot.get(o).copied().unwrap_or(usize::MAX))
-                    .collect(),
-                frees: Vec::new(),
+                reads,
                 bytes: crate::memory::allocation_bytes(m.instr(id)),
-                tiled,
+                kind: StepKind::of(m.instr(id), tiled),
             });
         }
         let root = slot.get(&comp.root).copied().unwrap_or(usize::MAX);
-        let mut last_read: HashMap<usize, usize> = HashMap::new();
+        // The last read of each slot, as (step, position in its reads).
+        let mut last_read: HashMap<usize, (usize, usize)> = HashMap::new();
         for (k, st) in steps.iter().enumerate() {
-            for &r in &st.reads {
-                last_read.insert(r, k);
+            for (j, &(r, _)) in st.reads.iter().enumerate() {
+                last_read.insert(r, (k, j));
             }
         }
-        for (r, k) in last_read {
+        for (r, (k, j)) in last_read {
             if r != root && r != usize::MAX {
-                steps[k].frees.push(r);
+                steps[k].reads[j].1 = true;
             }
         }
         CompPlan {
             tiling,
             steps,
             root,
+            env_len,
         }
     }
+}
+
+/// Splices the plan of a leaf computation called with `operands` into a
+/// caller's steps: its parameters become the operands' slots, its other
+/// slots are appended to the caller's environment (`env_len`). Returns the
+/// slot of its root, or `None`, changing nothing, when its parameters do not
+/// match the operands (the call then runs, and reports that, as a call).
+fn splice(
+    m: &Module,
+    steps: &mut Vec<Step>,
+    env_len: &mut usize,
+    operands: &[(usize, bool)],
+    sub: &CompPlan,
+) -> Option<usize> {
+    let base = *env_len;
+    let mut remap: Vec<usize> = (base..base + sub.env_len).collect();
+    for st in &sub.steps {
+        match st.kind {
+            StepKind::Parameter(n) => remap[st.slot] = operands.get(n)?.0,
+            _ if m.instr(st.id).opcode == Opcode::Parameter => return None,
+            _ => {}
+        }
+    }
+    let root = *remap.get(sub.root)?;
+    *env_len += sub.env_len;
+    for st in &sub.steps {
+        if let StepKind::Parameter(_) = st.kind {
+            continue;
+        }
+        steps.push(Step {
+            id: st.id,
+            slot: remap[st.slot],
+            reads: st
+                .reads
+                .iter()
+                .map(|&(r, _)| (remap.get(r).copied().unwrap_or(usize::MAX), false))
+                .collect(),
+            bytes: st.bytes,
+            kind: st.kind,
+        });
+    }
+    Some(root)
 }
 
 pub(crate) struct Interp<'m> {
@@ -218,6 +324,9 @@ pub(crate) struct Interp<'m> {
     pub loops: std::cell::RefCell<Vec<InstrId>>,
     /// Evaluation plans by computation, built on first use.
     pub plans: std::cell::RefCell<Vec<Option<Rc<CompPlan>>>>,
+    /// Constants already turned into values: a loop body's constants are
+    /// built once, not once per iteration (they are immutable, so shared).
+    pub constants: std::cell::RefCell<Vec<Option<Arc<Value>>>>,
 }
 
 impl<'m> Interp<'m> {
@@ -233,38 +342,43 @@ impl<'m> Interp<'m> {
             )));
         }
         let plan = self.comp_plan(c);
-        let mut env: Vec<Option<Arc<Value>>> = vec![None; comp.instrs.len()];
+        let mut env: Vec<Option<Arc<Value>>> = vec![None; plan.env_len];
         let mut inputs: Vec<Arc<Value>> = Vec::new();
         for st in &plan.steps {
             self.step(c)?;
             inputs.clear();
-            for &r in &st.reads {
-                let v = env.get(r).and_then(Option::as_ref).ok_or_else(|| {
+            for &(r, last) in &st.reads {
+                let v = match env.get_mut(r) {
+                    Some(slot) if last => slot.take(),
+                    Some(slot) => slot.clone(),
+                    None => None,
+                };
+                let v = v.ok_or_else(|| {
                     InterpError::Internal(format!(
                         "operand of '{}' used before definition",
                         self.m.instr(st.id).name
                     ))
                 })?;
-                inputs.push(v.clone());
-            }
-            // Free values nobody reads any more before evaluating: peak memory
-            // follows the live set, and an operand read for the last time is
-            // held only by `inputs`.
-            for &f in &st.frees {
-                env[f] = None;
+                inputs.push(v);
             }
             if st.bytes > self.max_alloc {
                 crate::memory::check_allocation(self.m.instr(st.id), self.max_alloc)?;
             }
-            let v = if st.tiled {
-                let fp = plan
-                    .tiling
-                    .plans
-                    .get(&st.id)
-                    .ok_or_else(|| InterpError::Internal("tiled chain without plan".into()))?;
-                fused::eval_plan(fp, &inputs)?
-            } else {
-                self.instr_value(st.id, args, &inputs)?
+            let v = match st.kind {
+                StepKind::Parameter(n) if n < args.len() => args[n].clone(),
+                StepKind::Tuple => Arc::new(Value::Tuple(std::mem::take(&mut inputs))),
+                StepKind::Element(i) => match inputs.first().map(|t| &**t) {
+                    Some(Value::Tuple(t)) if i < t.len() => t[i].clone(),
+                    _ => self.instr_value(st.id, args, &inputs)?,
+                },
+                StepKind::Tiled => {
+                    let fp =
+                        plan.tiling.plans.get(&st.id).ok_or_else(|| {
+                            InterpError::Internal("tiled chain without plan".into())
+                        })?;
+                    fused::eval_plan(fp, &inputs)?
+                }
+                _ => self.instr_value(st.id, args, &inputs)?,
             };
             inputs.clear();
             env[st.slot] = Some(v);
@@ -272,6 +386,37 @@ impl<'m> Interp<'m> {
         env.get_mut(plan.root)
             .and_then(Option::take)
             .ok_or_else(|| InterpError::Internal(format!("root of '{}' not evaluated", comp.name)))
+    }
+
+    /// The computation a `call` or `fusion` runs when it is a leaf (nothing in
+    /// it calls, loops or branches) small enough to splice into the caller's
+    /// plan: running its instructions in the caller's loop saves a nested
+    /// evaluation per call (a scan's body calls several per iteration).
+    fn leaf_callee(&self, id: InstrId) -> Option<CompId> {
+        let ins = self.m.instr(id);
+        let attr = match ins.opcode {
+            Opcode::Call => "to_apply",
+            Opcode::Fusion => "calls",
+            _ => return None,
+        };
+        let callee = ins.attr_comp(attr)?;
+        let comp = self.m.comp(callee);
+        let leaf = comp.params.len() == ins.operands.len()
+            && comp.instrs.len() <= SPLICE_EXTRA
+            && comp.instrs.iter().all(|&i| {
+                let op = self.m.instr(i).opcode;
+                !matches!(
+                    op,
+                    Opcode::Call
+                        | Opcode::Fusion
+                        | Opcode::While
+                        | Opcode::Conditional
+                        | Opcode::AsyncStart
+                        | Opcode::AsyncUpdate
+                        | Opcode::AsyncDone
+                )
+            });
+        leaf.then_some(callee)
     }
 
     /// The evaluation plan of computation `c`, built on first use.
@@ -344,7 +489,18 @@ impl<'m> Interp<'m> {
         match ins.opcode {
             Opcode::Constant => match &ins.literal {
                 Some(Literal::Elided) => Err(InterpError::ElidedConstant(ins.name.clone())),
-                Some(lit) => Ok(Arc::new(literal_value(lit, &ins.shape)?)),
+                Some(lit) => {
+                    if let Some(Some(v)) = self.constants.borrow().get(id.index()) {
+                        return Ok(v.clone());
+                    }
+                    let v = Arc::new(literal_value(lit, &ins.shape)?);
+                    let mut cache = self.constants.borrow_mut();
+                    if cache.len() <= id.index() {
+                        cache.resize(self.m.instrs.len().max(id.index() + 1), None);
+                    }
+                    cache[id.index()] = Some(v.clone());
+                    Ok(v)
+                }
                 None => Err(InterpError::Internal("constant without literal".into())),
             },
             Opcode::Tuple => Ok(Arc::new(Value::Tuple(ops.to_vec()))),

@@ -135,6 +135,37 @@ fn apply_bin(op: Bin, x: &[f32], y: &[f32], dst: &mut [f32], round: Round) {
     }
 }
 
+/// A whole f32 array through unary `op`, with the chain's monomorphic loops
+/// (a loop through a function pointer does not vectorize), in parallel chunks
+/// for large arrays. `None` when `op` is not a float unary op.
+pub(crate) fn unary_f32(op: Opcode, x: &[f32]) -> Option<Vec<f32>> {
+    let u = Un::of(op)?;
+    let mut out = vec![0.0f32; x.len()];
+    if x.len() < crate::strided::PAR_MIN_ELEMS {
+        apply_un(u, x, &mut out, Round::F32);
+    } else {
+        out.par_chunks_mut(TILE)
+            .zip(x.par_chunks(TILE))
+            .for_each(|(d, s)| apply_un(u, s, d, Round::F32));
+    }
+    Some(out)
+}
+
+/// Binary `op` over two f32 arrays of one length, likewise.
+pub(crate) fn binary_f32(op: Opcode, x: &[f32], y: &[f32]) -> Option<Vec<f32>> {
+    let b = Bin::of(op)?;
+    let n = x.len().min(y.len());
+    let mut out = vec![0.0f32; n];
+    if n < crate::strided::PAR_MIN_ELEMS {
+        apply_bin(b, &x[..n], &y[..n], &mut out, Round::F32);
+    } else {
+        out.par_chunks_mut(TILE)
+            .zip(x.par_chunks(TILE).zip(y.par_chunks(TILE)))
+            .for_each(|(d, (p, q))| apply_bin(b, p, q, d, Round::F32));
+    }
+    Some(out)
+}
+
 /// The element type a node's f32 result is rounded to when stored.
 #[derive(Clone, Copy)]
 enum Round {

@@ -752,7 +752,6 @@ fn reduce_trailing_f32(
         return None;
     }
     let op = simple_reducer(interp, f)?;
-    let fold = ew::float_reducer::<f32>(op)?;
     let keep = rank - sorted.len();
     let inner: usize = x.dims[keep..].iter().product();
     let out_dims = x.dims[..keep].to_vec();
@@ -761,11 +760,158 @@ fn reduce_trailing_f32(
     if inner == 0 || v.len() != outer * inner {
         return None;
     }
-    let out: Vec<f32> = (0..outer)
-        .into_par_iter()
-        .map(|o| tree_fold_init(init, &v[o * inner..(o + 1) * inner], fold))
-        .collect();
+    // One loop per reducer, so that the fold is inlined and vectorizes.
+    let out: Vec<f32> = match op {
+        Opcode::Add => fold_rows(v, inner, init, |a, b| a + b),
+        Opcode::Multiply => fold_rows(v, inner, init, |a, b| a * b),
+        Opcode::Maximum => fold_rows(v, inner, init, ew::fmax::<f32>),
+        Opcode::Minimum => fold_rows(v, inner, init, ew::fmin::<f32>),
+        _ => return None,
+    };
     Some(Array::new(x.ty, out_dims, Data::F32(out)))
+}
+
+/// Each `inner`-element row of `v` tree-folded from `init`; in parallel
+/// across rows when there is enough work to share.
+fn fold_rows(
+    v: &[f32],
+    inner: usize,
+    init: f32,
+    fold: impl Fn(f32, f32) -> f32 + Copy + Send + Sync,
+) -> Vec<f32> {
+    if v.len() < crate::strided::PAR_MIN_ELEMS {
+        v.chunks_exact(inner)
+            .map(|r| tree_fold_init(init, r, fold))
+            .collect()
+    } else {
+        v.par_chunks_exact(inner)
+            .map(|r| tree_fold_init(init, r, fold))
+            .collect()
+    }
+}
+
+/// `reduce-window` of one f32 array with a simple reducer (max and average
+/// pooling): each output folds its in-bounds window elements left to right
+/// from init, exactly as the general path does, without listing the windows
+/// first; one monomorphic loop per reducer, in parallel across outputs.
+fn reduce_window_f32(
+    interp: &Interp,
+    xs: &[&Array],
+    inits: &[&Array],
+    window: &tpusim_hlo::attr::Window,
+    out_dims: &[usize],
+    f: CompId,
+) -> Option<Array> {
+    let ([x], [init]) = (xs, inits) else {
+        return None;
+    };
+    let (Data::F32(v), Data::F32(i0)) = (&x.data, &init.data) else {
+        return None;
+    };
+    let init = *i0.first()?;
+    let geom = WindowGeometry::new(&x.dims, window, out_dims)?;
+    let out = match simple_reducer(interp, f)? {
+        Opcode::Add => geom.fold(v, init, |a, b| a + b),
+        Opcode::Multiply => geom.fold(v, init, |a, b| a * b),
+        Opcode::Maximum => geom.fold(v, init, ew::fmax::<f32>),
+        Opcode::Minimum => geom.fold(v, init, ew::fmin::<f32>),
+        _ => return None,
+    };
+    Some(Array::new(x.ty, out_dims.to_vec(), Data::F32(out)))
+}
+
+/// Where the windows of a `reduce-window` read its operand.
+struct WindowGeometry<'a> {
+    dims: &'a [usize],
+    window: &'a [tpusim_hlo::attr::WindowDim],
+    out_dims: &'a [usize],
+    in_strides: Vec<usize>,
+    out_strides: Vec<usize>,
+}
+
+impl<'a> WindowGeometry<'a> {
+    fn new(
+        dims: &'a [usize],
+        window: &'a tpusim_hlo::attr::Window,
+        out_dims: &'a [usize],
+    ) -> Option<WindowGeometry<'a>> {
+        (window.dims.len() == dims.len() && out_dims.len() == dims.len()).then(|| WindowGeometry {
+            dims,
+            window: &window.dims,
+            out_dims,
+            in_strides: strides(dims),
+            out_strides: strides(out_dims),
+        })
+    }
+
+    /// Appends to `taps` the operand offsets along dimension `k` that output
+    /// coordinate `p` reads, in window order (padding and holes skipped).
+    fn taps(&self, k: usize, p: usize, taps: &mut Vec<usize>) {
+        let wd = &self.window[k];
+        for wk in 0..wd.size.max(0) {
+            let mut b = p as i64 * wd.stride + wk * wd.window_dilation - wd.padding_low;
+            if wd.base_dilation > 1 {
+                if b.rem_euclid(wd.base_dilation) != 0 {
+                    continue;
+                }
+                b = b.div_euclid(wd.base_dilation);
+            }
+            if (0..self.dims[k] as i64).contains(&b) {
+                taps.push(b as usize * self.in_strides[k]);
+            }
+        }
+    }
+
+    /// Every output's window folded from `init` in row-major window order.
+    fn fold(
+        &self,
+        v: &[f32],
+        init: f32,
+        f: impl Fn(f32, f32) -> f32 + Copy + Send + Sync,
+    ) -> Vec<f32> {
+        let n = elem_count(self.out_dims);
+        let rank = self.dims.len();
+        let mut out = vec![init; n];
+        let work = |first: usize, part: &mut [f32]| {
+            // Per dimension, the offsets this output's window reads.
+            let mut taps: Vec<Vec<usize>> = vec![Vec::new(); rank];
+            let mut at = vec![0usize; rank];
+            for (j, dst) in part.iter_mut().enumerate() {
+                let o = first + j;
+                for (k, t) in taps.iter_mut().enumerate() {
+                    t.clear();
+                    self.taps(k, (o / self.out_strides[k]) % self.out_dims[k], t);
+                }
+                if taps.iter().any(Vec::is_empty) {
+                    continue;
+                }
+                at.fill(0);
+                let mut acc = init;
+                'window: loop {
+                    let lin: usize = taps.iter().zip(&at).map(|(t, &i)| t[i]).sum();
+                    acc = f(acc, v.get(lin).copied().unwrap_or(f32::NAN));
+                    for k in (0..rank).rev() {
+                        at[k] += 1;
+                        if at[k] < taps[k].len() {
+                            continue 'window;
+                        }
+                        at[k] = 0;
+                    }
+                    break;
+                }
+                *dst = acc;
+            }
+        };
+        const CHUNK: usize = 1024;
+        if n < crate::strided::PAR_MIN_ELEMS {
+            work(0, &mut out);
+        } else {
+            out.par_chunks_mut(CHUNK)
+                .enumerate()
+                .for_each(|(c, part)| work(c * CHUNK, part));
+        }
+        out
+    }
 }
 
 /// `reduce-window`: each output folds the in-bounds window elements, starting from init.
@@ -793,6 +939,9 @@ pub fn reduce_window(
         return Err(InterpError::Unsupported(
             "reduce-window with window reversal or non-positive strides".into(),
         ));
+    }
+    if let Some(out) = reduce_window_f32(interp, xs, inits, window, &out_dims, f) {
+        return Ok(vec![out]);
     }
     let st = strides(dims);
     let wsizes: Vec<usize> = window.dims.iter().map(|w| w.size.max(0) as usize).collect();

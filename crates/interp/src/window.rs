@@ -22,34 +22,86 @@ fn simple_select(interp: &Interp, s: CompId) -> Option<(String, Option<String>)>
     })
 }
 
-/// `select(a, b)` for elements `a`, `b` of `x`, with a compare's semantics.
-fn compare_elems<'a>(
-    x: &'a Data,
-    dir: &'a str,
-    total: bool,
-) -> Option<Box<dyn Fn(usize, usize) -> bool + 'a>> {
-    use std::cmp::Ordering;
-    let holds = move |o: Option<Ordering>| -> bool {
-        match dir {
-            "GE" => matches!(o, Some(Ordering::Greater | Ordering::Equal)),
-            "GT" => o == Some(Ordering::Greater),
-            "LE" => matches!(o, Some(Ordering::Less | Ordering::Equal)),
-            "LT" => o == Some(Ordering::Less),
-            _ => false,
-        }
-    };
-    if !matches!(dir, "GE" | "GT" | "LE" | "LT") {
-        return None;
+/// The direction of a select computation's compare.
+#[derive(Clone, Copy)]
+enum Direction {
+    Ge,
+    Gt,
+    Le,
+    Lt,
+}
+
+impl Direction {
+    fn parse(dir: &str) -> Option<Direction> {
+        Some(match dir {
+            "GE" => Direction::Ge,
+            "GT" => Direction::Gt,
+            "LE" => Direction::Le,
+            "LT" => Direction::Lt,
+            _ => return None,
+        })
     }
+
+    #[inline(always)]
+    fn holds(self, o: Option<std::cmp::Ordering>) -> bool {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        match self {
+            Direction::Ge => matches!(o, Some(Greater | Equal)),
+            Direction::Gt => o == Some(Greater),
+            Direction::Le => matches!(o, Some(Less | Equal)),
+            Direction::Lt => o == Some(Less),
+        }
+    }
+}
+
+/// [`select_each`] for a select computation that is one compare of the
+/// operand's elements: one monomorphic loop per element type, in parallel
+/// across source positions. `None` for element types compared otherwise.
+fn select_by_compare(
+    g: &Geometry,
+    wpos: &[Vec<usize>],
+    nq: usize,
+    x: &Data,
+    dir: Direction,
+    total: bool,
+) -> Option<Vec<usize>> {
     Some(match x {
-        Data::F32(v) if total => Box::new(move |a, b| holds(Some(v[a].total_cmp(&v[b])))),
-        Data::F32(v) => Box::new(move |a, b| holds(v[a].partial_cmp(&v[b]))),
-        Data::F64(v) if total => Box::new(move |a, b| holds(Some(v[a].total_cmp(&v[b])))),
-        Data::F64(v) => Box::new(move |a, b| holds(v[a].partial_cmp(&v[b]))),
-        Data::I64(v) => Box::new(move |a, b| holds(Some(v[a].cmp(&v[b])))),
-        Data::U64(v) => Box::new(move |a, b| holds(Some(v[a].cmp(&v[b])))),
+        Data::F32(v) if total => {
+            select_par(g, wpos, nq, |a, b| dir.holds(Some(v[a].total_cmp(&v[b]))))
+        }
+        Data::F32(v) => select_par(g, wpos, nq, |a, b| dir.holds(v[a].partial_cmp(&v[b]))),
+        Data::F64(v) if total => {
+            select_par(g, wpos, nq, |a, b| dir.holds(Some(v[a].total_cmp(&v[b]))))
+        }
+        Data::F64(v) => select_par(g, wpos, nq, |a, b| dir.holds(v[a].partial_cmp(&v[b]))),
+        Data::I64(v) => select_par(g, wpos, nq, |a, b| dir.holds(Some(v[a].cmp(&v[b])))),
+        Data::U64(v) => select_par(g, wpos, nq, |a, b| dir.holds(Some(v[a].cmp(&v[b])))),
         _ => return None,
     })
+}
+
+/// Source positions per parallel task of [`select_par`].
+const SELECT_CHUNK: usize = 4096;
+
+/// [`select_each`] with an infallible `keep`, in parallel chunks of source positions.
+fn select_par(
+    g: &Geometry,
+    wpos: &[Vec<usize>],
+    nq: usize,
+    keep: impl Fn(usize, usize) -> bool + Sync,
+) -> Vec<usize> {
+    use rayon::prelude::*;
+    let mut chosen = vec![NONE; nq];
+    chosen
+        .par_chunks_mut(SELECT_CHUNK)
+        .enumerate()
+        .for_each(|(c, part)| {
+            let qc = unravel(c * SELECT_CHUNK, g.source);
+            let Ok(()) = select_run(g, wpos, qc, part, |cur, lin| {
+                Ok::<_, std::convert::Infallible>(keep(cur, lin))
+            });
+        });
+    chosen
 }
 
 /// No element selected (a window entirely in padding).
@@ -84,10 +136,21 @@ fn select_each(
     g: &Geometry,
     wpos: &[Vec<usize>],
     nq: usize,
-    mut keep: impl FnMut(usize, usize) -> Result<bool, InterpError>,
+    keep: impl FnMut(usize, usize) -> Result<bool, InterpError>,
 ) -> Result<Vec<usize>, InterpError> {
     let mut chosen = vec![NONE; nq];
-    let mut qc = vec![0usize; g.source.len()];
+    select_run(g, wpos, vec![0usize; g.source.len()], &mut chosen, keep)?;
+    Ok(chosen)
+}
+
+/// Fills `chosen` for consecutive source positions from coordinates `qc` on.
+fn select_run<E>(
+    g: &Geometry,
+    wpos: &[Vec<usize>],
+    mut qc: Vec<usize>,
+    chosen: &mut [usize],
+    mut keep: impl FnMut(usize, usize) -> Result<bool, E>,
+) -> Result<(), E> {
     for sel in chosen.iter_mut() {
         for wc in wpos {
             let Some(lin) = g.element(&qc, wc) else {
@@ -106,7 +169,7 @@ fn select_each(
             qc[k] = 0;
         }
     }
-    Ok(chosen)
+    Ok(())
 }
 
 /// [`select_each`] with the select computation lifted over all source positions at
@@ -194,17 +257,25 @@ pub(crate) fn select_and_scatter(
         .collect();
     let nq = elem_count(&source.dims);
     let simple = simple_select(interp, s);
-    let fast = simple.as_ref().and_then(|(dir, ty)| {
-        compare_elems(&operand.data, dir, ty.as_deref() == Some("TOTALORDER"))
-    });
     let geom = Geometry {
         window: &w.dims,
         dims: &operand.dims,
         strides: strides(&operand.dims),
         source: &source.dims,
     };
-    let chosen = match fast {
-        Some(keep) => select_each(&geom, &wpos, nq, |cur, lin| Ok(keep(cur, lin)))?,
+    let by_compare = simple.as_ref().and_then(|(dir, ty)| {
+        let total = ty.as_deref() == Some("TOTALORDER");
+        select_by_compare(
+            &geom,
+            &wpos,
+            nq,
+            &operand.data,
+            Direction::parse(dir)?,
+            total,
+        )
+    });
+    let chosen = match by_compare {
+        Some(chosen) => chosen,
         None => match select_lifted(interp, s, operand, &geom, &wpos, nq)? {
             Some(chosen) => chosen,
             None => select_each(&geom, &wpos, nq, |cur, lin| {
