@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Callable
 
+import numpy as np
 import pytest
 import tpusim
 
@@ -125,4 +126,34 @@ def test_ctrl_c_stops_analyze_and_trace(call: str, tmp_path: pathlib.Path) -> No
             tpusim.trace(text, chip="v5p", logdir=tmp_path, topology="16x16x16", network="sim")
 
     latency = latency_of_sigint(call_it)
+    assert latency < 2.0, latency
+
+
+def long_partitioning(n: int) -> str:
+    """``n`` adds whose sharding alternates between rows and columns over 8
+    devices (no ``num_partitions``: an unpartitioned program), so the
+    partitioner reshards at each one: about 11 s for 40,000 here."""
+    lines = [
+        "HloModule reshards",
+        "",
+        "ENTRY e {",
+        "  x0 = f32[64,64] parameter(0), sharding={devices=[8,1]<=[8]}",
+    ]
+    for k in range(1, n + 1):
+        root = "ROOT " if k == n else ""
+        tiles = "[1,8]" if k % 2 else "[8,1]"
+        lines.append(
+            f"  {root}x{k} = f32[64,64] add(x{k - 1}, x{k - 1}), "
+            f"sharding={{devices={tiles}<=[8]}}"
+        )
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def test_ctrl_c_stops_run_while_it_partitions() -> None:
+    # An unpartitioned sharded program is partitioned before it runs; the
+    # interrupt reaches the partitioner, not only the interpreter after it.
+    text = long_partitioning(40_000)
+    x = np.ones((64, 64), np.float32)
+    latency = latency_of_sigint(lambda: tpusim.run(text, x, timeout=60))
     assert latency < 2.0, latency

@@ -224,7 +224,8 @@ impl CompPlan {
                 .map(|o| (slot.get(o).copied().unwrap_or(usize::MAX), false))
                 .collect();
             if !tiled {
-                if let Some(callee) = interp.leaf_callee(id) {
+                let fits = |callee: CompId| m.comp(callee).instrs.len() <= splice_budget;
+                if let Some(callee) = interp.leaf_callee(id).filter(|&c| fits(c)) {
                     let sub = CompPlan::new(interp, callee);
                     if sub.steps.len() <= splice_budget {
                         if let Some(root) = splice(m, &mut steps, &mut env_len, &reads, &sub) {

@@ -725,6 +725,18 @@ enum Order {
     Sequential,
 }
 
+/// The array, its f32 elements and the f32 init of a reduction of one f32
+/// input (the fast paths' case); `None` otherwise.
+fn one_f32_input<'a>(xs: &[&'a Array], inits: &[&Array]) -> Option<(&'a Array, &'a [f32], f32)> {
+    let ([x], [init]) = (xs, inits) else {
+        return None;
+    };
+    let (Data::F32(v), Data::F32(i0)) = (&x.data, &init.data) else {
+        return None;
+    };
+    Some((x, v, *i0.first()?))
+}
+
 /// `reduce` of an f32 array over its trailing dimensions with a simple
 /// reducer (softmax and norm statistics): each output folds one contiguous
 /// run in tree order, exactly as the general path would, in parallel across outputs.
@@ -735,12 +747,7 @@ fn reduce_trailing_f32(
     rdims: &[usize],
     f: CompId,
 ) -> Option<Array> {
-    let ([x], [init]) = (xs, inits) else {
-        return None;
-    };
-    let (Data::F32(v), Data::F32(i0)) = (&x.data, &init.data) else {
-        return None;
-    };
+    let (x, v, init) = one_f32_input(xs, inits)?;
     let rank = x.dims.len();
     let mut sorted = rdims.to_vec();
     sorted.sort_unstable();
@@ -756,7 +763,6 @@ fn reduce_trailing_f32(
     let inner: usize = x.dims[keep..].iter().product();
     let out_dims = x.dims[..keep].to_vec();
     let outer = elem_count(&out_dims);
-    let init = *i0.first()?;
     if inner == 0 || v.len() != outer * inner {
         return None;
     }
@@ -802,13 +808,7 @@ fn reduce_window_f32(
     out_dims: &[usize],
     f: CompId,
 ) -> Option<Array> {
-    let ([x], [init]) = (xs, inits) else {
-        return None;
-    };
-    let (Data::F32(v), Data::F32(i0)) = (&x.data, &init.data) else {
-        return None;
-    };
-    let init = *i0.first()?;
+    let (x, v, init) = one_f32_input(xs, inits)?;
     let geom = WindowGeometry::new(&x.dims, window, out_dims)?;
     let out = match simple_reducer(interp, f)? {
         Opcode::Add => geom.fold(v, init, |a, b| a + b),

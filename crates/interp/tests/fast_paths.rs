@@ -97,6 +97,19 @@ ENTRY e {
     assert!(err.to_string().contains("no_such_target"), "{err}");
 }
 
+/// `v` joined with `sep`: HLO's `2x3` window sizes and `2,3` dims.
+fn join(v: &[usize], sep: &str) -> String {
+    v.iter().map(usize::to_string).collect::<Vec<_>>().join(sep)
+}
+
+/// HLO's window padding, `low_high` per dimension.
+fn pads(pad: &[(usize, usize)]) -> String {
+    pad.iter()
+        .map(|(l, h)| format!("{l}_{h}"))
+        .collect::<Vec<_>>()
+        .join("x")
+}
+
 /// A window over an operand: the shapes the properties draw.
 #[derive(Clone, Debug)]
 struct Geom {
@@ -117,13 +130,7 @@ fn window_text(ty: &str, g: &Geom, op: &str) -> String {
         lhs,
         rhs,
     } = g;
-    let join = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join("x");
-    let shape = |d: &[usize]| d.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
-    let pads = pad
-        .iter()
-        .map(|(l, h)| format!("{l}_{h}"))
-        .collect::<Vec<_>>()
-        .join("x");
+    let pads = pads(pad);
     // Output extent per dimension, as XLA's shape inference computes it.
     let out: Vec<usize> = (0..dims.len())
         .map(|k| {
@@ -160,12 +167,12 @@ ENTRY e {{
   ROOT w = {ty}[{out}] reduce-window(x, z), window={{size={size} stride={stride} pad={pads} lhs_dilate={lhs} rhs_dilate={rhs}}}, to_apply=red
 }}
 ",
-        shape = shape(dims),
-        out = shape(&out),
-        size = join(size),
-        stride = join(stride),
-        lhs = join(lhs),
-        rhs = join(rhs),
+        shape = join(dims, ","),
+        out = join(&out, ","),
+        size = join(size, "x"),
+        stride = join(stride, "x"),
+        lhs = join(lhs, "x"),
+        rhs = join(rhs, "x"),
     )
 }
 
@@ -231,13 +238,7 @@ fn select_scatter_text(g: &Geom, dir: &str, general: bool) -> String {
     } else {
         format!("compare(a, b), direction={dir}")
     };
-    let join = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join("x");
-    let shape = |d: &[usize]| d.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
-    let pads = pad
-        .iter()
-        .map(|(l, h)| format!("{l}_{h}"))
-        .collect::<Vec<_>>()
-        .join("x");
+    let pads = pads(pad);
     let src: Vec<usize> = (0..dims.len())
         .map(|k| {
             let base = dims[k] + pad[k].0 + pad[k].1;
@@ -282,10 +283,10 @@ ENTRY e {{
   ROOT w = {ty}[{shape}] select-and-scatter(x, s, z), window={{size={size} stride={stride} pad={pads}}}, select=sel, scatter=sum
 }}
 ",
-        shape = shape(dims),
-        src = shape(&src),
-        size = join(size),
-        stride = join(stride),
+        shape = join(dims, ","),
+        src = join(&src, ","),
+        size = join(size, "x"),
+        stride = join(stride, "x"),
     )
 }
 

@@ -317,14 +317,19 @@ fn timeout_duration(secs: f64) -> Result<Duration, BindError> {
         .map_err(|_| BindError::Argument(format!("timeout {secs} is too large")))
 }
 
-/// The module, checked against the memory cap, and its run options.
-fn prepare_run(call: RunCall) -> Result<(tpusim_hlo::Module, GlobalRun), BindError> {
+/// The module, checked against the memory cap, and its run options; the
+/// partitioning stops when `cancel` is set, and the run's interrupt flag is
+/// `cancel`'s, so one Ctrl-C stops either.
+fn prepare_run(
+    call: RunCall,
+    cancel: &Cancel,
+) -> Result<(tpusim_hlo::Module, GlobalRun), BindError> {
     use tpusim_interp::{memory, sharding};
     let m = load::one_module(&call.name, &call.text, "run")?;
     // An unpartitioned sharded program runs partitioned, on global arrays.
     let global_outputs: Vec<Vec<usize>> = tpusim_interp::spmd::root_leaf_dims(&m);
     let unpartitioned = tpusim_spmd::needs_partitioning(&m);
-    let (m, _) = load::partition_if_needed(m, &Cancel::default())?;
+    let (m, _) = load::partition_if_needed(m, cancel)?;
     let cap = match &call.max_memory {
         Some(limit) => limit.bytes()?,
         None => memory::default_cap(),
@@ -348,6 +353,7 @@ fn prepare_run(call: RunCall) -> Result<(tpusim_hlo::Module, GlobalRun), BindErr
         max_alloc: cap.min(memory::physical_memory().unwrap_or(u64::MAX)),
         limits: tpusim_interp::RunLimits {
             max_steps: call.max_steps,
+            interrupt: cancel.flag(),
             ..Default::default()
         },
     };
@@ -361,7 +367,9 @@ fn run_guarded<'py>(
 ) -> Result<Vec<(Bound<'py, PyAny>, &'static str)>, BindError> {
     let dtypes = std::mem::take(&mut call.dtypes);
     let timeout = call.timeout;
-    let (module, opts) = detached(py, move || prepare_run(call))?;
+    // Partitioning a large sharded program takes a while: Ctrl-C stops it too.
+    let cancel = Cancel::default();
+    let (module, opts) = interruptible(py, &cancel, || prepare_run(call, &cancel))?;
     let shapes = module.entry_parameter_shapes();
     if arrays.len() != shapes.len() || dtypes.len() != arrays.len() {
         return Err(BindError::Argument(format!(
