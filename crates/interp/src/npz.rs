@@ -108,8 +108,13 @@ fn read_arrays(
     shapes: &[Shape],
     check_dims: Dims,
 ) -> Result<Vec<Value>, InterpError> {
-    let mut ar = npyz::npz::NpzArchive::open(path).map_err(|e| io(path, e))?;
-    let names: Vec<String> = ar.array_names().map(str::to_string).collect();
+    let file = std::fs::File::open(path).map_err(|e| io(path, e))?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| io(path, e))?;
+    let names: Vec<String> = zip
+        .file_names()
+        .filter_map(npyz::npz::array_name_from_file_name)
+        .map(str::to_string)
+        .collect();
     let extra: Vec<&String> = names
         .iter()
         .filter(|n| {
@@ -134,13 +139,20 @@ fn read_arrays(
             InterpError::Unsupported(format!("tuple-shaped parameter {i} from npz"))
         })?;
         check_type(s.ty)?;
-        let file = ar.by_name(&name).map_err(|e| io(path, e))?.ok_or_else(|| {
-            InterpError::BadArgument(format!(
-                "{}: missing array '{name}' for parameter {i} ({shape})",
-                path.display()
-            ))
-        })?;
-        let dims: Vec<usize> = file
+        let member_name = npyz::npz::file_name_from_array_name(&name);
+        let mut member = match zip.by_name(&member_name) {
+            Ok(m) => m,
+            Err(zip::result::ZipError::FileNotFound) => {
+                return Err(InterpError::BadArgument(format!(
+                    "{}: missing array '{name}' for parameter {i} ({shape})",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(io(path, e)),
+        };
+        let e = |err: std::io::Error| io(path, format!("{name}: {err}"));
+        let header = npyz::NpyHeader::from_reader(&mut member).map_err(e)?;
+        let dims: Vec<usize> = header
             .shape()
             .iter()
             .map(|&d| usize::try_from(d).unwrap_or(usize::MAX))
@@ -158,8 +170,8 @@ fn read_arrays(
                 path.display()
             )));
         }
-        let descr = match file.dtype() {
-            npyz::DType::Plain(ts) => ts.to_string(),
+        let descr = match header.dtype() {
+            npyz::DType::Plain(ts) => ts,
             other => {
                 return Err(InterpError::BadArgument(format!(
                     "parameter {i} ('{name}'): unsupported dtype {}",
@@ -168,54 +180,127 @@ fn read_arrays(
             }
         };
         let expect = numpy_descr(s.ty)?;
-        let ok = descr == expect || (s.ty == T::F16 && descr == "<f2");
+        let ok = descr.to_string() == expect || (s.ty == T::F16 && descr.to_string() == "<f2");
         if !ok {
             return Err(InterpError::BadArgument(format!(
                 "parameter {i} ('{name}'): expected dtype {expect} for {}, file has {descr}",
                 s.ty
             )));
         }
-        let e = |err| io(path, format!("{name}: {err}"));
-        let data = match s.ty {
-            T::Pred => Data::Pred(file.into_vec::<bool>().map_err(e)?),
-            T::S8 => Data::I64(read_as::<_, i8, _>(file, i64::from).map_err(e)?),
-            // Wrapped to the width, as the interpreter keeps every signed value.
-            T::S4 | T::S2 | T::S1 => {
-                let bits = s.ty.bit_width();
-                Data::I64(read_as::<_, i8, _>(file, |x| wrap_signed(x.into(), bits)).map_err(e)?)
-            }
-            T::U4 | T::U2 | T::U1 => {
-                let bits = s.ty.bit_width();
-                Data::U64(read_as::<_, u8, _>(file, |x| wrap_unsigned(x.into(), bits)).map_err(e)?)
-            }
-            T::S16 => Data::I64(read_as::<_, i16, _>(file, i64::from).map_err(e)?),
-            T::S32 => Data::I64(read_as::<_, i32, _>(file, i64::from).map_err(e)?),
-            T::S64 => Data::I64(file.into_vec::<i64>().map_err(e)?),
-            T::U8 => Data::U64(read_as::<_, u8, _>(file, u64::from).map_err(e)?),
-            T::U16 => Data::U64(read_as::<_, u16, _>(file, u64::from).map_err(e)?),
-            T::U32 => Data::U64(read_as::<_, u32, _>(file, u64::from).map_err(e)?),
-            T::U64 => Data::U64(file.into_vec::<u64>().map_err(e)?),
-            T::F32 => Data::F32(file.into_vec::<f32>().map_err(e)?),
-            T::F64 => Data::F64(file.into_vec::<f64>().map_err(e)?),
-            // Narrow floats travel as their bit patterns (the jax_cases convention).
-            T::Bf16 => Data::Bf16(read_as::<_, u16, _>(file, bf16::from_bits).map_err(e)?),
-            T::F16 => Data::F16(read_as::<_, u16, _>(file, f16::from_bits).map_err(e)?),
-            ty if crate::f8::is_minifloat(ty) => Data::F8(file.into_vec::<u8>().map_err(e)?),
-            T::C64 => Data::C64(
-                read_as::<_, num_complex::Complex32, _>(file, |z| (z.re, z.im)).map_err(e)?,
-            ),
-            T::C128 => Data::C128(
-                read_as::<_, num_complex::Complex64, _>(file, |z| (z.re, z.im)).map_err(e)?,
-            ),
-            ty => {
-                return Err(InterpError::Unsupported(format!(
-                    "npz storage of element type '{ty}'"
-                )))
-            }
-        };
-        out.push(Value::Array(Array::new(s.ty, dims, data)));
+        // The data in one read (the bytes the header promises, never more
+        // than the member holds), then decoded from memory.
+        let bytes_wanted = dims
+            .iter()
+            .try_fold(descr.num_bytes().unwrap_or(1), |n, &d| n.checked_mul(d))
+            .ok_or_else(|| e(std::io::Error::other("the array's size overflows")))?;
+        let mut bytes = Vec::with_capacity(bytes_wanted.min(member.size() as usize));
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(&mut member, bytes_wanted as u64),
+            &mut bytes,
+        )
+        .map_err(e)?;
+        if bytes.len() != bytes_wanted {
+            return Err(e(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "the data holds {} bytes, its header promises {bytes_wanted}",
+                    bytes.len()
+                ),
+            )));
+        }
+        let data = decode(s.ty, &header, &bytes).map_err(e)?;
+        let array = Array::new(s.ty, dims, data);
+        out.push(Value::Array(match header.order() {
+            npyz::Order::C => array,
+            npyz::Order::Fortran => from_fortran_order(array)?,
+        }));
     }
     Ok(out)
+}
+
+/// The array a Fortran-ordered file holds (NumPy writes one for an
+/// F-contiguous array, a transposed one say), given its elements read in
+/// storage order: that is the C-order array of the reversed dims, transposed.
+fn from_fortran_order(stored: Array) -> Result<Array, InterpError> {
+    let rank = stored.dims.len();
+    if rank < 2 {
+        return Ok(stored);
+    }
+    let reversed: Vec<usize> = stored.dims.iter().rev().copied().collect();
+    let as_stored = Array::new(stored.ty, reversed, stored.data);
+    let perm: Vec<usize> = (0..rank).rev().collect();
+    crate::ops::transpose(&as_stored, &perm)
+}
+
+/// The elements of type `ty` in the raw data `bytes` of an npy member with
+/// `header` (its dtype already checked against `ty`).
+fn decode(ty: T, header: &npyz::NpyHeader, bytes: &[u8]) -> std::io::Result<Data> {
+    let file = || npyz::NpyFile::with_header(header.clone(), bytes);
+    Ok(match ty {
+        T::Pred => Data::Pred(file().into_vec::<bool>()?),
+        T::S8 => Data::I64(read_as::<_, i8, _>(file(), i64::from)?),
+        // Wrapped to the width, as the interpreter keeps every signed value.
+        T::S4 | T::S2 | T::S1 => {
+            let bits = ty.bit_width();
+            Data::I64(read_as::<_, i8, _>(file(), |x| {
+                wrap_signed(x.into(), bits)
+            })?)
+        }
+        T::U4 | T::U2 | T::U1 => {
+            let bits = ty.bit_width();
+            Data::U64(read_as::<_, u8, _>(file(), |x| {
+                wrap_unsigned(x.into(), bits)
+            })?)
+        }
+        T::S16 => Data::I64(read_as::<_, i16, _>(file(), i64::from)?),
+        T::S32 => Data::I64(le_words(bytes, |w: [u8; 4]| {
+            i64::from(i32::from_le_bytes(w))
+        })),
+        T::S64 => Data::I64(le_words(bytes, i64::from_le_bytes)),
+        T::U8 => Data::U64(bytes.iter().map(|&b| u64::from(b)).collect()),
+        T::U16 => Data::U64(read_as::<_, u16, _>(file(), u64::from)?),
+        T::U32 => Data::U64(le_words(bytes, |w: [u8; 4]| {
+            u64::from(u32::from_le_bytes(w))
+        })),
+        T::U64 => Data::U64(le_words(bytes, u64::from_le_bytes)),
+        T::F32 => Data::F32(le_words(bytes, f32::from_le_bytes)),
+        T::F64 => Data::F64(le_words(bytes, f64::from_le_bytes)),
+        // Narrow floats travel as their bit patterns (the jax_cases convention).
+        T::Bf16 => Data::Bf16(le_words(bytes, |w: [u8; 2]| {
+            bf16::from_bits(u16::from_le_bytes(w))
+        })),
+        // `<u2` bits or a real `<f2` array: the same bytes.
+        T::F16 => Data::F16(le_words(bytes, |w: [u8; 2]| {
+            f16::from_bits(u16::from_le_bytes(w))
+        })),
+        ty if crate::f8::is_minifloat(ty) => Data::F8(bytes.to_vec()),
+        T::C64 => Data::C64(read_as::<_, num_complex::Complex32, _>(file(), |z| {
+            (z.re, z.im)
+        })?),
+        T::C128 => Data::C128(read_as::<_, num_complex::Complex64, _>(file(), |z| {
+            (z.re, z.im)
+        })?),
+        ty => {
+            return Err(std::io::Error::other(format!(
+                "npz storage of element type '{ty}'"
+            )))
+        }
+    })
+}
+
+/// Little-endian `N`-byte words of `bytes` (whole words only; the caller
+/// checked the length), each converted by `f`: a loop that vectorizes, where
+/// reading element by element through the archive's reader costs hundreds of
+/// instructions per element.
+fn le_words<const N: usize, D>(bytes: &[u8], f: impl Fn([u8; N]) -> D) -> Vec<D> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| {
+            let mut w = [0u8; N];
+            w.copy_from_slice(c);
+            f(w)
+        })
+        .collect()
 }
 
 /// Writes result leaves as `out0..outM-1`.
