@@ -110,6 +110,24 @@ fn pads(pad: &[(usize, usize)]) -> String {
         .join("x")
 }
 
+/// HLO lines defining `x`, a `ty[dims]` operand of pseudo-random small
+/// integers below `modulus` (a small modulus gives many ties).
+fn operand(ty: &str, dims: &[usize], modulus: usize) -> String {
+    let n: usize = dims.iter().product();
+    let shape = join(dims, ",");
+    format!(
+        "  i = s32[{n}] iota(), iota_dimension=0
+  k = s32[] constant(7919)
+  kk = s32[{n}] broadcast(k), dimensions={{}}
+  h = s32[{n}] multiply(i, kk)
+  q = s32[] constant({modulus})
+  qq = s32[{n}] broadcast(q), dimensions={{}}
+  r = s32[{n}] remainder(h, qq)
+  f = {ty}[{n}] convert(r)
+  x = {ty}[{shape}] reshape(f)"
+    )
+}
+
 /// A window over an operand: the shapes the properties draw.
 #[derive(Clone, Debug)]
 struct Geom {
@@ -143,7 +161,6 @@ fn window_text(ty: &str, g: &Geom, op: &str) -> String {
             }
         })
         .collect();
-    let n: usize = dims.iter().product();
     format!(
         "HloModule t
 
@@ -154,20 +171,12 @@ red {{
 }}
 
 ENTRY e {{
-  i = s32[{n}] iota(), iota_dimension=0
-  k = s32[] constant(7919)
-  kk = s32[{n}] broadcast(k), dimensions={{}}
-  h = s32[{n}] multiply(i, kk)
-  q = s32[] constant(1009)
-  qq = s32[{n}] broadcast(q), dimensions={{}}
-  r = s32[{n}] remainder(h, qq)
-  f = {ty}[{n}] convert(r)
-  x = {ty}[{shape}] reshape(f)
+{operand}
   z = {ty}[] constant(-3)
   ROOT w = {ty}[{out}] reduce-window(x, z), window={{size={size} stride={stride} pad={pads} lhs_dilate={lhs} rhs_dilate={rhs}}}, to_apply=red
 }}
 ",
-        shape = join(dims, ","),
+        operand = operand(ty, dims, 1009),
         out = join(&out, ","),
         size = join(size, "x"),
         stride = join(stride, "x"),
@@ -249,7 +258,6 @@ fn select_scatter_text(g: &Geom, dir: &str, general: bool) -> String {
             }
         })
         .collect();
-    let n: usize = dims.iter().product();
     let ns: usize = src.iter().product();
     format!(
         "HloModule t
@@ -267,15 +275,7 @@ sum {{
 }}
 
 ENTRY e {{
-  i = s32[{n}] iota(), iota_dimension=0
-  k = s32[] constant(7919)
-  kk = s32[{n}] broadcast(k), dimensions={{}}
-  h = s32[{n}] multiply(i, kk)
-  q = s32[] constant(13)
-  qq = s32[{n}] broadcast(q), dimensions={{}}
-  r = s32[{n}] remainder(h, qq)
-  f = {ty}[{n}] convert(r)
-  x = {ty}[{shape}] reshape(f)
+{operand}
   j = s32[{ns}] iota(), iota_dimension=0
   g = {ty}[{ns}] convert(j)
   s = {ty}[{src}] reshape(g)
@@ -283,6 +283,7 @@ ENTRY e {{
   ROOT w = {ty}[{shape}] select-and-scatter(x, s, z), window={{size={size} stride={stride} pad={pads}}}, select=sel, scatter=sum
 }}
 ",
+        operand = operand(ty, dims, 13),
         shape = join(dims, ","),
         src = join(&src, ","),
         size = join(size, "x"),
