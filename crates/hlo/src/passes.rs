@@ -480,45 +480,80 @@ fn is_fusible(ins: &Instruction) -> bool {
 
 /// Whether `ins` may be computed again inside a consumer's fusion while its
 /// other users keep reading it: it must be cheap (XLA's
-/// `InstructionFusion::IsExpensive` is false) and read no more bytes than it
-/// writes, as XLA's `ComputeGloballyUnfusible` requires of a producer not
-/// every user fuses: a broadcast, convert, transpose or scalar op qualifies,
-/// an add of two full arrays or a slice does not (copying those would make
-/// each consumer re-read more than the value, and along a residual stream
-/// would recompute every earlier layer's adds).
+/// `InstructionFusion::IsExpensive` is false) and the copy must read no more
+/// bytes than the value has, as XLA's `ComputeGloballyUnfusible` requires of
+/// a producer not every user fuses. The copy brings its cheap producers
+/// along (see [`recompute_reads`]): `exp(convert(x) - broadcast(max))` over
+/// bf16 scores reads the bf16 scores and the row maxima, less than its f32
+/// result, so a softmax's consumers recompute it instead of reading it back.
+/// An add of two full arrays or a slice does not qualify (copying those
+/// would make each consumer re-read more than the value, and along a
+/// residual stream would recompute every earlier layer's adds).
 fn may_duplicate(m: &Module, ins: &Instruction) -> bool {
-    let reads = ins
-        .operands
+    let mut budget = RECOMPUTE_WALK;
+    is_cheap(ins) && recompute_reads(m, ins, &mut budget) <= ins.shape.byte_size()
+}
+
+/// Producers [`recompute_reads`] looks through for one copy: a bound on the
+/// walk, so that a long chain is judged in constant time (what lies beyond
+/// is counted as read).
+const RECOMPUTE_WALK: u32 = 16;
+
+/// Bytes that computing `ins` again inside a fusion reads from outside it:
+/// each operand is either read as it is or, when it is cheap and fusible,
+/// computed again from its own operands, whichever reads less.
+fn recompute_reads(m: &Module, ins: &Instruction, budget: &mut u32) -> u64 {
+    ins.operands
         .iter()
-        .map(|&o| m.instr(o).shape.byte_size())
-        .fold(0, u64::saturating_add);
-    is_cheap(ins) && reads <= ins.shape.byte_size()
+        .map(|&o| {
+            let op = m.instr(o);
+            let stored = op.shape.byte_size();
+            if *budget == 0 || !is_cheap(op) {
+                return stored;
+            }
+            *budget -= 1;
+            stored.min(recompute_reads(m, op, budget))
+        })
+        .fold(0, u64::saturating_add)
 }
 
 /// Fusible ops cheap enough to compute again in each consumer (XLA's
-/// `InstructionFusion::IsExpensive` is false for them).
+/// `InstructionFusion::IsExpensive` is false for them). An f32 or f16
+/// divide, square root, reciprocal square root or exp is one instruction of
+/// the TPU's transcendental unit, as XLA:GPU's fusion treats them on its
+/// hardware (`GpuInstructionFusion::IsExpensive`); in other types they are
+/// expanded and stay expensive.
 fn is_cheap(ins: &Instruction) -> bool {
-    let expensive = matches!(
+    let one_instruction = matches!(
         ins.opcode,
-        Opcode::Divide
-            | Opcode::Remainder
-            | Opcode::Power
-            | Opcode::Exp
-            | Opcode::Expm1
-            | Opcode::Log
-            | Opcode::Log1p
-            | Opcode::Logistic
-            | Opcode::Sqrt
-            | Opcode::Rsqrt
-            | Opcode::Cbrt
-            | Opcode::Tanh
-            | Opcode::Tan
-            | Opcode::Atan2
-            | Opcode::Erf
-    ) || (matches!(
-        ins.opcode,
-        Opcode::Sin | Opcode::Cos | Opcode::Abs | Opcode::Sign
-    ) && ins.shape.element_type().is_some_and(|t| t.is_complex()));
+        Opcode::Divide | Opcode::Sqrt | Opcode::Rsqrt | Opcode::Exp
+    ) && matches!(
+        ins.shape.element_type(),
+        Some(crate::PrimitiveType::F32 | crate::PrimitiveType::F16)
+    );
+    let expensive = !one_instruction
+        && matches!(
+            ins.opcode,
+            Opcode::Divide
+                | Opcode::Remainder
+                | Opcode::Power
+                | Opcode::Exp
+                | Opcode::Expm1
+                | Opcode::Log
+                | Opcode::Log1p
+                | Opcode::Logistic
+                | Opcode::Sqrt
+                | Opcode::Rsqrt
+                | Opcode::Cbrt
+                | Opcode::Tanh
+                | Opcode::Tan
+                | Opcode::Atan2
+                | Opcode::Erf
+        )
+        || (matches!(
+            ins.opcode,
+            Opcode::Sin | Opcode::Cos | Opcode::Abs | Opcode::Sign
+        ) && ins.shape.element_type().is_some_and(|t| t.is_complex()));
     is_fusible(ins) && !expensive
 }
 
@@ -696,8 +731,8 @@ struct Grown {
 /// The members of the fusion rooted at `root`, grown through its producers,
 /// and which of them are copies (producers still read outside). A reduction
 /// also takes in one producer of its input that others read and that cannot
-/// be copied, as a second output (XLA's multi-output fusion: the softmax's
-/// `exp` is written once and not read back for its sum), when that
+/// be copied, as a second output (XLA's multi-output fusion: an expensive
+/// producer is written once and not read back for its sum), when that
 /// producer's other users all come after the reduction.
 fn grow_group(
     m: &Module,

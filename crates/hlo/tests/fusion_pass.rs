@@ -103,11 +103,11 @@ fn a_cheap_value_with_users_outside_is_copied_into_the_fusion() {
 #[test]
 fn an_expensive_value_with_users_outside_stays_unfused() {
     let m = fused(
-        "HloModule m\nENTRY e {\n  x = f32[4] parameter(0)\n  n = f32[4] exponential(x)\n  a = f32[4] abs(n)\n  ROOT t = (f32[4], f32[4]) tuple(n, a)\n}\n",
+        "HloModule m\nENTRY e {\n  x = f32[4] parameter(0)\n  n = f32[4] log(x)\n  a = f32[4] abs(n)\n  ROOT t = (f32[4], f32[4]) tuple(n, a)\n}\n",
     );
     assert!(
         fusions(&m).is_empty(),
-        "exponential has a user outside any fusion of abs"
+        "log has a user outside any fusion of abs"
     );
     round_trips(&m);
 }
@@ -204,7 +204,7 @@ add {
 
 ENTRY main {
   x = f32[64,512] parameter(0)
-  e = f32[64,512] exponential(x)
+  e = f32[64,512] tanh(x)
   zero = f32[] constant(0)
   sum = f32[64] reduce(e, zero), dimensions={1}, to_apply=add
   b = f32[64,512] broadcast(sum), dimensions={0}
@@ -212,8 +212,9 @@ ENTRY main {
 }
 "#;
 
-/// The softmax's exp (expensive: not copied into its second consumer) is
-/// fused with its sum as a second output, so the sum does not read it back.
+/// An expensive producer of a reduction's input (tanh: not copied into its
+/// second consumer) is fused with the reduction as a second output, so the
+/// reduction does not read it back.
 #[test]
 fn a_reduction_outputs_the_producer_others_read_too() {
     let m = fused(SOFTMAX);
@@ -221,7 +222,7 @@ fn a_reduction_outputs_the_producer_others_read_too() {
     let f = fusions(&m);
     assert_eq!(f.len(), 2, "{}", print_module(&m));
     assert_eq!(f[0].0, "kInput");
-    assert!(f[0].1.contains(&Opcode::Exp) && f[0].1.contains(&Opcode::Reduce));
+    assert!(f[0].1.contains(&Opcode::Tanh) && f[0].1.contains(&Opcode::Reduce));
     let mof = m
         .entry()
         .instrs
@@ -230,8 +231,56 @@ fn a_reduction_outputs_the_producer_others_read_too() {
         .find(|i| i.opcode == Opcode::Fusion && i.shape.is_tuple())
         .expect("a multi-output fusion");
     assert_eq!(mof.shape.tuple_elements().unwrap().len(), 2);
-    // The divide's fusion reads the exp through the second output.
-    assert!(!f[1].1.contains(&Opcode::Exp), "{}", print_module(&m));
+    // The divide's fusion reads the tanh through the second output.
+    assert!(!f[1].1.contains(&Opcode::Tanh), "{}", print_module(&m));
+}
+
+/// A softmax over bf16 scores as JAX writes it (f32 inside): the f32 exp is
+/// one hardware instruction, so each consumer computes it again from the
+/// bf16 scores and the row maxima (fewer bytes than the f32 exp) instead of
+/// the sum writing it out and the divide reading it back.
+#[test]
+fn an_f32_softmax_recomputes_exp_from_the_bf16_scores() {
+    let m = fused(
+        r#"
+HloModule softmax
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  s = bf16[64,512] parameter(0)
+  mx = f32[64] parameter(1)
+  x = f32[64,512] convert(s)
+  bm = f32[64,512] broadcast(mx), dimensions={0}
+  d = f32[64,512] subtract(x, bm)
+  e = f32[64,512] exponential(d)
+  zero = f32[] constant(0)
+  sum = f32[64] reduce(e, zero), dimensions={1}, to_apply=add
+  b = f32[64,512] broadcast(sum), dimensions={0}
+  p = f32[64,512] divide(e, b)
+  ROOT c = bf16[64,512] convert(p)
+}
+"#,
+    );
+    round_trips(&m);
+    let f = fusions(&m);
+    assert_eq!(f.len(), 2, "{}", print_module(&m));
+    assert!(
+        f.iter().all(|(_, ops)| ops.contains(&Opcode::Exp)),
+        "both fusions compute exp: {f:?}"
+    );
+    assert!(
+        m.entry()
+            .instrs
+            .iter()
+            .all(|&i| !(m.instr(i).opcode == Opcode::Fusion && m.instr(i).shape.is_tuple())),
+        "no fusion writes the f32 exp out: {}",
+        print_module(&m)
+    );
 }
 
 /// When another reader of the producer comes before the reduction, fusing

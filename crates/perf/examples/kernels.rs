@@ -305,5 +305,99 @@ fn models(chip: &Chip, roofline: &Chip) -> Result<(), String> {
         "\nwhole models: n={} MAPE {:.1}% (roofline {:.1}%), median {:.1}%, bias {:+.1}% (roofline {:+.1}%); SCALE-Sim TPU ~16% leave-one-model-out",
         s.n, s.mape, r.mape, s.median, s.bias, r.bias
     );
+    in_program_fit(&cases, chip)
+}
+
+/// A model's predicted time as a line in `in_program_kernel_s`: a program of
+/// one device runs its kernels one after another, so each kernel adds the
+/// constant once (checked at a third point).
+struct ModelLine {
+    model: String,
+    at_zero: f64,
+    per_second: f64,
+    measured_s: f64,
+}
+
+impl ModelLine {
+    fn predict(&self, v: f64) -> f64 {
+        self.at_zero + v * self.per_second
+    }
+}
+
+fn with_in_program(chip: &Chip, v: f64) -> Chip {
+    let mut c = chip.clone();
+    if let Some(t) = c.tensorcore.as_mut() {
+        t.in_program_kernel_s = v;
+    }
+    c
+}
+
+fn best_in_program(lines: &[&ModelLine]) -> f64 {
+    (0..=150)
+        .map(|i| i as f64 * 2e-8)
+        .map(|v| {
+            let pairs: Vec<(f64, f64)> =
+                lines.iter().map(|l| (l.predict(v), l.measured_s)).collect();
+            (score(&pairs).mape, v)
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map_or(0.0, |x| x.1)
+}
+
+/// `in_program_kernel_s` measured from the whole-model data, with its
+/// leave-one-model-out error (fit on two models, score the third).
+fn in_program_fit(cases: &[score::ModelCase], chip: &Chip) -> Result<(), String> {
+    let (lo, hi) = (0.0, 1e-6);
+    let mut worst_bend = 0.0f64;
+    let lines: Vec<ModelLine> = cases
+        .iter()
+        .map(|c| {
+            let t0 = score::predict_model(c, &with_in_program(chip, lo));
+            let t1 = score::predict_model(c, &with_in_program(chip, hi));
+            let t2 = score::predict_model(c, &with_in_program(chip, 2.0 * hi));
+            worst_bend = worst_bend.max(((t2 - t1) - (t1 - t0)).abs() / t2);
+            ModelLine {
+                model: c.model.clone(),
+                at_zero: t0,
+                per_second: (t1 - t0) / (hi - lo),
+                measured_s: c.measured_s,
+            }
+        })
+        .collect();
+    let models: std::collections::BTreeSet<&str> = lines.iter().map(|l| l.model.as_str()).collect();
+    let mut held = Vec::new();
+    let mut fits = Vec::new();
+    for &out in &models {
+        let train: Vec<&ModelLine> = lines.iter().filter(|l| l.model != out).collect();
+        let v = best_in_program(&train);
+        fits.push(format!("{out}: {:.2} us", v * 1e6));
+        held.extend(
+            lines
+                .iter()
+                .filter(|l| l.model == out)
+                .map(|l| (l.predict(v), l.measured_s)),
+        );
+    }
+    let all: Vec<&ModelLine> = lines.iter().collect();
+    let best = best_in_program(&all);
+    let current = chip
+        .tensorcore
+        .as_ref()
+        .map_or(0.0, |t| t.in_program_kernel_s);
+    let insample: Vec<(f64, f64)> = lines
+        .iter()
+        .map(|l| (l.predict(current), l.measured_s))
+        .collect();
+    println!(
+        "\nin_program_kernel_s from the whole models: chip file {:.2} us, fit on all {:.2} us, \
+         leave-one-model-out fits [{}], held-out MAPE {:.1}%, in-sample MAPE {:.1}% \
+         (time is linear in it to {:.1e} relative)",
+        current * 1e6,
+        best * 1e6,
+        fits.join(", "),
+        score(&held).mape,
+        score(&insample).mape,
+        worst_bend
+    );
     Ok(())
 }
