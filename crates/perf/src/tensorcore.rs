@@ -395,6 +395,16 @@ pub fn kernel_time(
         e.dma_tiles += s.passes;
         e.mxu.push(s);
     }
+    if let Some(results) = lane_reduction_results(m, id).filter(|&r| r > lanes) {
+        // A reduction over the lane dim leaves one value per sublane row; a
+        // result wider than one vreg row is laid out along lanes by a
+        // second kernel.
+        launches += 1.0;
+        e.notes.push(format!(
+            "reduction over the minor (lane) dim with {results} results: a second kernel lays \
+             them out along lanes"
+        ));
+    }
     e.vpu_s = (vector_flops + transcendentals * k.transcendental_cost) / k.vector_flops_per_s;
     if is_transpose(m, id) {
         // The XLU turns one vreg (sublanes × lanes 32-bit words) per cycle per core.
@@ -667,6 +677,38 @@ fn contains(m: &Module, id: InstrId, op: Opcode) -> bool {
                 .called_computations()
                 .iter()
                 .any(|&c| m.comp(c).instrs.iter().any(|&j| m.instr(j).opcode == op)))
+}
+
+/// The number of results of a reduction over its operand's minor-most
+/// (lane) dimension in the kernel `id` (the op or its fused computation).
+fn lane_reduction_results(m: &Module, id: InstrId) -> Option<u64> {
+    let ins = m.instr(id);
+    let candidates: Vec<InstrId> = if ins.opcode == Opcode::Fusion {
+        ins.called_computations()
+            .iter()
+            .flat_map(|&c| m.comp(c).instrs.clone())
+            .collect()
+    } else {
+        vec![id]
+    };
+    candidates.into_iter().find_map(|j| {
+        let r = m.instr(j);
+        if r.opcode != Opcode::Reduce {
+            return None;
+        }
+        let input = m.instr(*r.operands.first()?).shape.as_array()?;
+        let minor = input
+            .layout
+            .as_ref()
+            .and_then(|l| l.minor_to_major.first().copied())
+            .unwrap_or(input.dims.len() as i64 - 1);
+        let dims = r.attr_ints("dimensions")?;
+        if !dims.contains(&minor) || input.dims.get(usize::try_from(minor).ok()?)? <= &1 {
+            return None;
+        }
+        let out = r.shape.leaves().first().map(|a| a.dims.clone())?;
+        Some(out.iter().map(|&d| d.max(1) as u64).product())
+    })
 }
 
 fn is_transpose(m: &Module, id: InstrId) -> bool {

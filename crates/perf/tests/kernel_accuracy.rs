@@ -14,7 +14,7 @@ const BOUNDS: [(&str, f64); 7] = [
     ("add", 7.0),
     ("exponential", 7.5),
     ("transpose", 6.5),
-    ("reduce", 36.5),
+    ("reduce", 27.5),
     ("convert", 17.5),
     ("batched_gemm", 15.5),
 ];
@@ -57,10 +57,11 @@ fn the_model_beats_the_roofline_on_every_set() {
 }
 
 /// Whole-model forward passes (GPT-2, Qwen2.5-0.5B, SmolLM2-135M on v4):
-/// 19.8% MAPE since a reduction also outputs the producer it reads
-/// (multi-output fusion; 31.4% before, 105% before calls were inlined and
-/// data movement fused); the bound keeps that from sliding back.
-const WHOLE_MODEL_BOUND: f64 = 22.0;
+/// 9.0% MAPE since an f32 softmax's exp is recomputed by its consumers from
+/// the bf16 scores and the in-program kernel cost is measured (19.8%
+/// before, 31.4% before multi-output fusion, 105% before calls were inlined
+/// and data movement fused); the bound keeps that from sliding back.
+const WHOLE_MODEL_BOUND: f64 = 10.0;
 
 #[test]
 fn whole_model_error_stays_within_bound() {

@@ -337,3 +337,35 @@ ENTRY e {
         6.0 * layer
     );
 }
+
+fn row_sum(rows: u64, cols: u64, dim: u64) -> String {
+    let out = if dim == 1 { rows } else { cols };
+    format!(
+        "HloModule r\n\nadd {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  \
+         ROOT s = f32[] add(a, b)\n}}\n\nENTRY e {{\n  x = f32[{rows},{cols}] parameter(0)\n  \
+         z = f32[] constant(0)\n  ROOT r = f32[{out}] reduce(x, z), dimensions={{{dim}}}, to_apply=add\n}}\n"
+    )
+}
+
+/// The v4 reduce data's floor doubles between 128 and 169 rows summed over
+/// the lanes: results wider than one vreg row take a second kernel.
+#[test]
+fn a_lane_reduction_with_more_results_than_lanes_takes_a_second_kernel() {
+    let tc = by_id("v4").unwrap().tensorcore.unwrap();
+    let ctx = TimingContext::default();
+    let narrow = root_time(&row_sum(128, 64, 1), "v4", ctx).time_s;
+    let wide = root_time(&row_sum(256, 64, 1), "v4", ctx).time_s;
+    let step = wide - narrow;
+    assert!(
+        (step - tc.kernel_launch_s).abs() < 0.2e-6,
+        "128 -> 256 rows adds {step} s, not one launch"
+    );
+    // Summing over the major dim leaves the results along lanes already.
+    let major = root_time(&row_sum(64, 256, 0), "v4", ctx).time_s;
+    assert!(major < tc.kernel_launch_s + 0.2e-6, "{major}");
+    let m = module(&row_sum(256, 64, 1));
+    let lines = explain_op(&m, &by_id("v4").unwrap(), "r")
+        .unwrap()
+        .join("\n");
+    assert!(lines.contains("second kernel"), "{lines}");
+}
