@@ -6,12 +6,15 @@ import json
 import pathlib
 import re
 
+from typing import Any, Callable, Tuple
+
 import jax
+import ml_dtypes
 import pytest
 import tpusim
 
 from conftest import run_cli
-from programs import PROGRAMS, lowered
+from programs import PROGRAMS, lowered, normal
 
 CHIPS = ["v5e", "v4", "h100"]
 
@@ -39,15 +42,29 @@ def test_compiled_agrees_with_cli(cli: str, tmp_path: pathlib.Path) -> None:
     assert tpusim.analyze(compiled).to_json() + "\n" == expected
 
 
+def _sized(name: str) -> Tuple[Callable[..., Any], Tuple[Any, ...]]:
+    """PROGRAMS' function at shapes where the step is the program's work, not
+    the fixed cost of its few kernels (in a 3-kernel program one kernel more
+    or less, from fusing XLA:CPU's simplified graph, is a quarter of it)."""
+    bf16 = ml_dtypes.bfloat16
+    args = {
+        "mlp_bf16": (normal(256, 512, dtype=bf16), normal(512, 1024, dtype=bf16), normal(1024, 256, dtype=bf16)),
+        "attention": (normal(8, 256, 64), normal(8, 256, 64), normal(8, 256, 64)),
+        "train_step": (normal(256, 128), normal(512, 256), normal(512, 128)),
+    }[name]
+    return PROGRAMS[name][0], args
+
+
 @pytest.mark.parametrize("name", ["mlp_bf16", "attention", "train_step"])
 def test_compiled_is_priced_like_the_program_it_came_from(name: str) -> None:
-    # XLA:CPU's fusions, layout copies and float normalization are undone
-    # before tpusim compiles for the TPU, and the report says so.
-    f, args = PROGRAMS[name]
+    # XLA:CPU's fusions, layout copies and float normalization (a bf16 dot
+    # computed in f32, a ReLU on the widened value) are undone before tpusim
+    # compiles for the TPU, and the report says so.
+    f, args = _sized(name)
     lo = jax.jit(f).lower(*args)
     from_lowered = tpusim.analyze(lo, chip="v5e")
     from_compiled = tpusim.analyze(lo.compile(), chip="v5e")
-    assert 0.8 < from_compiled.step_time_s / from_lowered.step_time_s < 1.25
+    assert 0.9 < from_compiled.step_time_s / from_lowered.step_time_s < 1.1
     said = " ".join(from_compiled.assumptions)
     assert "compiled by another backend" in said and "unfused" in said, said
 

@@ -326,6 +326,7 @@ fn logical_bitcast(
 struct Rewrites {
     folded: usize,
     dots: usize,
+    dot_results: usize,
     moved: usize,
     collectives: usize,
     loop_state: usize,
@@ -333,7 +334,7 @@ struct Rewrites {
 
 impl Rewrites {
     fn total(&self) -> usize {
-        self.folded + self.dots + self.moved + self.collectives + self.loop_state
+        self.folded + self.dots + self.dot_results + self.moved + self.collectives + self.loop_state
     }
     fn count_moved(&mut self, collective: bool) {
         if collective {
@@ -345,6 +346,7 @@ impl Rewrites {
     fn add(&mut self, r: &Rewrites) {
         self.folded += r.folded;
         self.dots += r.dots;
+        self.dot_results += r.dot_results;
         self.moved += r.moved;
         self.collectives += r.collectives;
         self.loop_state += r.loop_state;
@@ -356,6 +358,8 @@ impl Rewrites {
 ///   type, is `x`;
 /// - a dot or convolution whose operands are all widened from one narrower
 ///   float type reads them unwidened (same products, same accumulation);
+/// - a dot or convolution whose every user narrows its result has the
+///   narrow result type (one rounding of the f32 sum, as before);
 /// - a data-movement op (bitcast, reshape, transpose, broadcast, slice,
 ///   dynamic slice and update, pad, concatenate, gather, select, copy) or a
 ///   collective whose float operands are all widened from a narrower type
@@ -395,6 +399,10 @@ pub fn undo_float_normalization(m: &mut Module) -> Changed {
             (
                 total.dots,
                 "dots and convolutions read their narrow operands unwidened",
+            ),
+            (
+                total.dot_results,
+                "dots and convolutions round into the narrow type their users read",
             ),
             (
                 total.moved,
@@ -702,6 +710,22 @@ impl Graph {
             if self.grown.contains(&i) || m.comp(self.comp).root == i {
                 continue;
             }
+            if let Some(n) = self.narrowed_contraction(m, i) {
+                // Rounds the f32 sum once, as the narrowing convert did.
+                let Some(new) = narrowed_clone(m, i, n, fresh) else {
+                    continue;
+                };
+                let operands = new.operands.clone();
+                let new = push_instr(m, new);
+                self.queue(i, new, &operands);
+                for u in self.users.get(&i).cloned().unwrap_or_default() {
+                    self.replace_uses(m, u, new);
+                    self.replaced.insert(u);
+                }
+                self.replaced.insert(i);
+                r.dot_results += 1;
+                continue;
+            }
             let Some(n) = self.hoistable(m, i) else {
                 continue;
             };
@@ -760,16 +784,26 @@ impl Graph {
         Some(new)
     }
 
-    /// Whether every user of `i` narrows it to one type; that type.
-    fn hoistable(&self, m: &Module, i: InstrId) -> Option<PrimitiveType> {
+    /// For a dot or convolution whose every user narrows its float result to
+    /// one type: that type (XLA:CPU computed a narrow-result dot in f32 and
+    /// rounded after; a TPU rounds its f32 accumulation into the narrow
+    /// result itself).
+    fn narrowed_contraction(&self, m: &Module, i: InstrId) -> Option<PrimitiveType> {
         let ins = m.instr(i);
-        let w = ins.shape.as_array()?.ty;
-        if !w.is_float() || data_operands(ins).is_empty() || !movable(m, i) {
+        if !matches!(ins.opcode, Opcode::Dot | Opcode::Convolution) {
             return None;
         }
-        let users = self.users.get(&i)?;
+        self.narrowing_users(m, i)
+    }
+
+    /// The one type every user of `i` (a float array) narrows it to.
+    fn narrowing_users(&self, m: &Module, i: InstrId) -> Option<PrimitiveType> {
+        let w = m.instr(i).shape.as_array()?.ty;
+        if !w.is_float() {
+            return None;
+        }
         let mut n = None;
-        for &u in users {
+        for &u in self.users.get(&i)? {
             let user = m.instr(u);
             let t = user.shape.as_array()?.ty;
             if user.opcode != Opcode::Convert || !widens_exactly(t, w) || n.is_some_and(|n| n != t)
@@ -779,6 +813,15 @@ impl Graph {
             n = Some(t);
         }
         n
+    }
+
+    /// Whether every user of `i` narrows it to one type; that type.
+    fn hoistable(&self, m: &Module, i: InstrId) -> Option<PrimitiveType> {
+        let ins = m.instr(i);
+        if data_operands(ins).is_empty() || !movable(m, i) {
+            return None;
+        }
+        self.narrowing_users(m, i)
     }
 
     fn add_convert(
@@ -943,8 +986,11 @@ fn sinkable(m: &Module, i: InstrId) -> Option<PrimitiveType> {
                 }
                 n = Some(t);
             }
-            // A constant (a pad value, a zero update) narrows with the data.
-            None if m.instr(o).opcode == Opcode::Constant => {}
+            // A constant (a pad value, a zero update) narrows with the data;
+            // a maximum or minimum against one would change where its value
+            // is not representable in the narrow type.
+            None if m.instr(o).opcode == Opcode::Constant
+                && !matches!(ins.opcode, Opcode::Maximum | Opcode::Minimum) => {}
             None => return None,
         }
     }
@@ -953,12 +999,17 @@ fn sinkable(m: &Module, i: InstrId) -> Option<PrimitiveType> {
 
 /// Ops that move or reduce data without arithmetic on it that depends on
 /// its precision (collectives that reduce are included: see the module doc).
+/// Maximum, minimum, negate and abs select or re-sign a value, so they are
+/// exact in the narrow type: a widened value stays representable, and
+/// rounding is monotonic, so narrowing `max(x, c)` is `max` of the narrowed
+/// values (a ReLU's `max(x, 0)` that XLA:CPU ran in f32 runs in bf16 again).
 fn movable(m: &Module, i: InstrId) -> bool {
     use Opcode::*;
     let ins = m.instr(i);
     match ins.opcode {
         Bitcast | Reshape | Transpose | Broadcast | Copy | Reverse | Slice | DynamicSlice
-        | DynamicUpdateSlice | Pad | Concatenate | Gather | Select => true,
+        | DynamicUpdateSlice | Pad | Concatenate | Gather | Select | Maximum | Minimum | Negate
+        | Abs => true,
         AllGather | AllToAll | CollectivePermute => ins.shape.as_array().is_some(),
         AllReduce | ReduceScatter => {
             ins.shape.as_array().is_some()
@@ -985,8 +1036,8 @@ fn data_operands(ins: &Instruction) -> Vec<usize> {
     let float = |k: usize| k < ins.operands.len();
     let v: Vec<usize> = match ins.opcode {
         Bitcast | Reshape | Transpose | Broadcast | Copy | Reverse | Slice | DynamicSlice
-        | Gather | AllReduce | ReduceScatter => vec![0],
-        DynamicUpdateSlice | Pad => vec![0, 1],
+        | Gather | AllReduce | ReduceScatter | Negate | Abs => vec![0],
+        DynamicUpdateSlice | Pad | Maximum | Minimum => vec![0, 1],
         Select => vec![1, 2],
         Concatenate | AllGather | AllToAll | CollectivePermute => (0..ins.operands.len()).collect(),
         _ => Vec::new(),

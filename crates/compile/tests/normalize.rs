@@ -215,6 +215,66 @@ ENTRY main {
     }
 }
 
+/// XLA:CPU's bf16 MLP layer: the dot computed in f32 and rounded after, the
+/// ReLU run on the value widened again, the result narrowed for the next
+/// dot. On a TPU the dot rounds into bf16 itself and the ReLU runs in bf16.
+#[test]
+fn a_relu_between_bf16_dots_runs_narrow_and_the_dot_rounds_into_bf16() {
+    let mut m = parse(
+        r#"
+HloModule relu, is_scheduled=true
+ENTRY main {
+  x = bf16[8,16]{1,0} parameter(0)
+  w = bf16[16,32]{1,0} parameter(1)
+  v = bf16[32,4]{1,0} parameter(2)
+  d = f32[8,32]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  n = bf16[8,32]{1,0} convert(d)
+  wide = f32[8,32]{1,0} convert(n)
+  zero = f32[] constant(0)
+  z = f32[8,32]{1,0} broadcast(zero), dimensions={}
+  r = f32[8,32]{1,0} maximum(wide, z)
+  back = bf16[8,32]{1,0} convert(r)
+  ROOT d2 = f32[8,4]{1,0} dot(back, v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"#,
+    );
+    checked(&mut m, undo_float_normalization);
+    let relu = entry_ops(&m, Opcode::Maximum);
+    assert_eq!(relu.len(), 1);
+    assert_eq!(ty(relu[0]), Some(PrimitiveType::Bf16));
+    let dots = entry_ops(&m, Opcode::Dot);
+    assert_eq!(
+        dots.iter().map(|d| ty(d)).collect::<Vec<_>>(),
+        vec![Some(PrimitiveType::Bf16), Some(PrimitiveType::F32)],
+        "the first dot rounds into bf16; the root keeps its type"
+    );
+    assert!(entry_ops(&m, Opcode::Convert)
+        .iter()
+        .all(|c| m.instr(c.operands[0]).opcode == Opcode::Constant));
+}
+
+/// A maximum against a constant is not moved to the narrow type when its
+/// result is read wide: 0.1 is not a bf16 value, so max(x, 0.1) in bf16
+/// would differ.
+#[test]
+fn a_maximum_read_wide_against_a_constant_stays_wide() {
+    let mut m = parse(
+        r#"
+HloModule clamp, is_scheduled=true
+ENTRY main {
+  x = bf16[4]{0} parameter(0)
+  wide = f32[4]{0} convert(x)
+  c = f32[4]{0} constant({0.1, 0.1, 0.1, 0.1})
+  ROOT r = f32[4]{0} maximum(wide, c)
+}
+"#,
+    );
+    checked(&mut m, undo_float_normalization);
+    let max = entry_ops(&m, Opcode::Maximum);
+    assert_eq!(max.len(), 1);
+    assert_eq!(ty(max[0]), Some(PrimitiveType::F32));
+}
+
 /// XLA:CPU's physical transpose: a copy to the transposed layout, read by
 /// a bitcast to the transposed shape; and a plain transpose.
 const LAYOUTS: &str = r#"

@@ -731,8 +731,9 @@ struct Grown {
 /// The members of the fusion rooted at `root`, grown through its producers,
 /// and which of them are copies (producers still read outside). A reduction
 /// also takes in one producer of its input that others read and that cannot
-/// be copied, as a second output (XLA's multi-output fusion: an expensive
-/// producer is written once and not read back for its sum), when that
+/// be copied (an expensive elementwise op, or the dot whose result it sums),
+/// as a second output (XLA's multi-output fusion: the value is written once
+/// and not read back for its sum), when that
 /// producer's other users all come after the reduction.
 fn grow_group(
     m: &Module,
@@ -769,7 +770,7 @@ fn grow_group(
             } else if may_duplicate(m, pi) {
                 copies.insert(p);
             } else if extra_output.is_none()
-                && !contraction
+                && (contraction || is_fusible(pi))
                 && reduces_over(m, root, p)
                 && users.get(&p).is_some_and(|us| {
                     us.iter().all(|u| {
@@ -778,6 +779,9 @@ fn grow_group(
                     })
                 })
             {
+                // A dot others read too is written by the fusion that
+                // reduces its result (an output fusion with two outputs).
+                has_contraction |= contraction;
                 extra_output = Some(p);
             } else {
                 continue;

@@ -304,3 +304,48 @@ fn no_second_output_for_a_producer_read_before_the_reduction() {
         .iter()
         .all(|&i| !(m.instr(i).opcode == Opcode::Fusion && m.instr(i).shape.is_tuple())));
 }
+
+/// A dot whose result a reduction sums and a later op also reads: one output
+/// fusion computes the dot, reduces it and writes it (two outputs), instead
+/// of the dot writing its result for the reduction to read back.
+#[test]
+fn a_reduction_of_a_dot_others_read_is_the_dot_fusions_second_output() {
+    let m = fused(
+        r#"
+HloModule dotsum
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = bf16[64,128] parameter(0)
+  w = bf16[128,256] parameter(1)
+  d = bf16[64,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  wide = f32[64,256] convert(d)
+  zero = f32[] constant(0)
+  sum = f32[64] reduce(wide, zero), dimensions={1}, to_apply=add
+  n = bf16[64,256] negate(d)
+  ROOT t = (f32[64], bf16[64,256]) tuple(sum, n)
+}
+"#,
+    );
+    round_trips(&m);
+    let f = fusions(&m);
+    let with_dot: Vec<_> = f
+        .iter()
+        .filter(|(_, ops)| ops.contains(&Opcode::Dot))
+        .collect();
+    assert_eq!(with_dot.len(), 1, "{}", print_module(&m));
+    assert!(with_dot[0].1.contains(&Opcode::Reduce), "{f:?}");
+    assert!(
+        m.entry()
+            .instrs
+            .iter()
+            .any(|&i| m.instr(i).opcode == Opcode::Fusion && m.instr(i).shape.is_tuple()),
+        "the dot's fusion also outputs the dot: {}",
+        print_module(&m)
+    );
+}

@@ -233,7 +233,9 @@ fn analyze_until(module: &Module, chip: &Chip, comm: &dyn CommModel, cancel: &Ca
             "TensorCore model: each kernel costs max(compute, DMA) over its tiles plus {:.2} µs \
              inside a program (a lone kernel: {:.2} µs); HBM at {:.0}% of peak; the {:.1} µs \
              per-program launch overhead is not in the step time; each operand is read from HBM \
-             once per kernel (re-reads forced by VMEM capacity are not modelled)",
+             once per kernel (re-reads forced by VMEM capacity are not modelled); a reduction \
+             over the minor (lane) dim with more results than lanes takes a second kernel (a \
+             rule inferred from measured v4 reductions)",
             tc.in_program_kernel_s * 1e6,
             tc.kernel_launch_s * 1e6,
             tc.hbm_efficiency * 100.0,
