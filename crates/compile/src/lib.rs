@@ -5,7 +5,8 @@
 //! says what it changed; the verifier runs after each in tests; every pass's
 //! output can be kept for dumps.
 //!
-//! Passes, in order: trip-count annotation, call inlining, all-reduce reassociation
+//! Passes, in order: trip-count annotation, call inlining, algebraic
+//! simplification (degenerate reductions), all-reduce reassociation
 //! (`add` of two all-reduces → one all-reduce), all-reduce + dynamic-slice →
 //! reduce-scatter, dead-code elimination, collective combiners (chip
 //! thresholds), TPU fusion (`tpusim_hlo::passes::fuse`, for unfused input),
@@ -23,6 +24,7 @@ pub mod normalize;
 mod reassociate;
 mod reduce_scatter;
 mod schedule;
+mod simplify;
 mod transpose_folding;
 mod util;
 
@@ -33,6 +35,7 @@ pub use combine::combine_collectives;
 pub use reassociate::reassociate_all_reduces;
 pub use reduce_scatter::all_reduce_to_reduce_scatter;
 pub use schedule::{latency_hiding_schedule, SchedulerLimits};
+pub use simplify::simplify_degenerate_reductions;
 pub use transpose_folding::fold_transposes_into_dots;
 
 use serde::{Deserialize, Serialize};
@@ -246,6 +249,7 @@ pub fn compile(
             format!("{} calls inlined{left}", s.inlined)
         })
     })?;
+    p.run("algebraic-simplifier", simplify_degenerate_reductions)?;
     p.run("all-reduce-reassociate", reassociate_all_reduces)?;
     p.run("reduce-scatter-creator", all_reduce_to_reduce_scatter)?;
     p.run("dce", dead_code_elimination)?;
