@@ -133,6 +133,10 @@ pub struct TensorCoreTiming {
     pub cmem_bytes: u64,
     /// Read bandwidth of operands served from CMEM, bytes/s (0 without CMEM).
     pub cmem_bandwidth_bytes_per_s: f64,
+    /// Vector registers (8 sublanes x 128 lanes of 32-bit words) one core
+    /// loads from or stores to VMEM per cycle: the bound of a kernel whose
+    /// arrays fill few sublanes of each register.
+    pub vreg_moves_per_cycle: f64,
 }
 
 /// The streaming multiprocessors of one GPU.

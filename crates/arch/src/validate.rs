@@ -117,6 +117,13 @@ impl Validator<'_> {
         self.latency("tensorcore.kernel_launch_s", t.kernel_launch_s)?;
         self.latency("tensorcore.program_overhead_s", t.program_overhead_s)?;
         self.latency("tensorcore.in_program_kernel_s", t.in_program_kernel_s)?;
+        let moves = t.vreg_moves_per_cycle;
+        if !(moves.is_finite() && moves > 0.0 && moves <= 64.0) {
+            return Err(self.fail(
+                "tensorcore.vreg_moves_per_cycle",
+                format!("must be more than 0 and at most 64 registers per cycle, got {moves}"),
+            ));
+        }
         if t.cmem_bytes > 0 {
             self.rate(
                 "tensorcore.cmem_bandwidth_bytes_per_s",

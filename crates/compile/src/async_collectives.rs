@@ -5,7 +5,7 @@
 //! - reduce-scatter, all-to-all: `async-start`/`async-done` wrapping the op
 //!   (printed as `reduce-scatter-start`/`-done`, as XLA does).
 
-use crate::util::{all_names, control_computations, push_instr, replace_all_uses};
+use crate::util::{all_names, control_computations, metadata_of, push_instr, replace_all_uses};
 use crate::Changed;
 use tpusim_hlo::NameTable;
 use tpusim_hlo::{
@@ -121,12 +121,7 @@ fn convert(
         opcode: done_op,
         shape: ins.shape.clone(),
         operands: vec![start_id],
-        attrs: ins
-            .attrs
-            .iter()
-            .filter(|a| a.name == "metadata")
-            .cloned()
-            .collect(),
+        attrs: metadata_of(&ins),
         parent: c,
         parameter_number: None,
         literal: None,

@@ -265,12 +265,7 @@ fn logical_bitcast(
     {
         return None;
     }
-    let metadata: Vec<tpusim_hlo::Attr> = ins
-        .attrs
-        .iter()
-        .filter(|a| a.name == "metadata")
-        .cloned()
-        .collect();
+    let metadata = crate::util::metadata_of(ins);
     let base = ins.name.clone();
     let mut made = Vec::new();
     let mut value = x;

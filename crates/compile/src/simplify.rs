@@ -7,7 +7,7 @@
 //! Exact but for the sign of a zero sum, as in XLA; instructions with
 //! control dependencies are left alone.
 
-use crate::util::{control_computations, push_instr, replace_all_uses};
+use crate::util::{control_computations, metadata_of, push_instr, replace_all_uses};
 use crate::Changed;
 use rustc_hash::FxHashMap;
 use tpusim_hlo::literal::{Literal, LiteralData};
@@ -30,12 +30,7 @@ pub fn simplify_degenerate_reductions(m: &mut Module) -> Changed {
                         opcode: Opcode::Reshape,
                         shape: ins.shape.clone(),
                         operands: vec![input],
-                        attrs: ins
-                            .attrs
-                            .iter()
-                            .filter(|a| a.name == "metadata")
-                            .cloned()
-                            .collect(),
+                        attrs: metadata_of(ins),
                         parent: c,
                         parameter_number: None,
                         literal: None,

@@ -68,6 +68,15 @@ pub(crate) fn replace_all_uses(m: &mut Module, c: CompId, replaced: &FxHashMap<I
     }
 }
 
+/// `ins`'s metadata attribute alone, for an instruction that replaces it.
+pub(crate) fn metadata_of(ins: &Instruction) -> Vec<Attr> {
+    ins.attrs
+        .iter()
+        .filter(|a| a.name == "metadata")
+        .cloned()
+        .collect()
+}
+
 /// Sorts attributes into XLA's print order (stable).
 pub(crate) fn sort_attrs(attrs: &mut [Attr]) {
     attrs.sort_by_key(|a| print_rank(&a.name));

@@ -193,6 +193,14 @@ fn real_unoptimized_modules_fuse_verify_and_round_trip() {
     );
 }
 
+/// The scalar f32 sum the reductions below apply.
+const ADD: &str = r#"add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"#;
+
 const SOFTMAX: &str = r#"
 HloModule softmax
 
@@ -241,15 +249,9 @@ fn a_reduction_outputs_the_producer_others_read_too() {
 /// the sum writing it out and the divide reading it back.
 #[test]
 fn an_f32_softmax_recomputes_exp_from_the_bf16_scores() {
-    let m = fused(
+    let m = fused(&format!(
+        "HloModule softmax\n\n{ADD}{}",
         r#"
-HloModule softmax
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
 
 ENTRY main {
   s = bf16[64,512] parameter(0)
@@ -264,8 +266,8 @@ ENTRY main {
   p = f32[64,512] divide(e, b)
   ROOT c = bf16[64,512] convert(p)
 }
-"#,
-    );
+"#
+    ));
     round_trips(&m);
     let f = fusions(&m);
     assert_eq!(f.len(), 2, "{}", print_module(&m));
@@ -310,15 +312,9 @@ fn no_second_output_for_a_producer_read_before_the_reduction() {
 /// of the dot writing its result for the reduction to read back.
 #[test]
 fn a_reduction_of_a_dot_others_read_is_the_dot_fusions_second_output() {
-    let m = fused(
+    let m = fused(&format!(
+        "HloModule dotsum\n\n{ADD}{}",
         r#"
-HloModule dotsum
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
 
 ENTRY main {
   x = bf16[64,128] parameter(0)
@@ -330,8 +326,8 @@ ENTRY main {
   n = bf16[64,256] negate(d)
   ROOT t = (f32[64], bf16[64,256]) tuple(sum, n)
 }
-"#,
-    );
+"#
+    ));
     round_trips(&m);
     let f = fusions(&m);
     let with_dot: Vec<_> = f

@@ -81,6 +81,12 @@ fn fitted() -> Vec<Fitted> {
             sets: &["gemm"],
         },
         Fitted {
+            name: "vreg_moves_per_cycle",
+            set: |t, v| t.vreg_moves_per_cycle = v,
+            grid: lin(0.5, 2.0, 30),
+            sets: &["add", "exponential", "reduce", "transpose", "convert"],
+        },
+        Fitted {
             name: "cmem_bandwidth_bytes_per_s",
             set: |t, v| t.cmem_bandwidth_bytes_per_s = v,
             grid: lin(1.0e12, 6.0e12, 40),
@@ -209,6 +215,7 @@ fn main() -> Result<(), String> {
         "kernel_launch_s" => tc.kernel_launch_s,
         "mxu_weight_load_cycles" => tc.mxu_weight_load_cycles,
         "mxu_pass_overhead_cycles" => tc.mxu_pass_overhead_cycles,
+        "vreg_moves_per_cycle" => tc.vreg_moves_per_cycle,
         _ => tc.cmem_bandwidth_bytes_per_s,
     };
     for f in fitted() {

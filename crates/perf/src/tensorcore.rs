@@ -13,8 +13,12 @@
 //!   it, a result pop per pass (a tile times a block of `mxu_dim` rows), and
 //!   one array fill and drain per kernel (batch dims share it). XLA may feed
 //!   either operand as the stationary one; the cheaper schedule is taken.
-//! - the **VPU/XLU**: vector flops and transcendentals at the VPU rate, and
-//!   transposes over the XLU one vreg per cycle per core.
+//! - the **VPU/XLU**: vector flops and transcendentals at the VPU rate,
+//!   transposes over the XLU one vreg per cycle per core, and the registers
+//!   the kernel loads and stores through each core's load/store slots
+//!   (`vreg_moves_per_cycle`): an array of a single row fills one sublane of
+//!   each register, so it moves 8x the registers its bytes need, and a kernel
+//!   of one row tile runs on one core.
 //!
 //! Arrays move in their tiled layout: the minor dim is padded to 128 lanes
 //! and the second-minor to the 8 sublanes. Size-1 dims are dropped and the
@@ -85,6 +89,10 @@ pub struct KernelExplain {
     pub mxu_s: f64,
     pub vpu_s: f64,
     pub xlu_s: f64,
+    /// Registers loaded and stored (the kernel's operands and results) and
+    /// the time to move them through the cores' load/store slots.
+    pub vregs: f64,
+    pub vreg_s: f64,
     pub dma_s: f64,
     /// DMA time of all tiles but the first load and the last store.
     pub steady_dma_s: f64,
@@ -104,26 +112,70 @@ pub struct KernelExplain {
 /// Bytes of one array in the TPU's tiled layout (see the module doc).
 pub fn tiled_bytes(ty: PrimitiveType, dims: &[i64], lanes: u64) -> f64 {
     let width = ty.byte_size().max(1);
+    match tiled_pair(dims, lanes) {
+        None => 0.0,
+        Some(t) => t.padded_elems(lanes) as f64 * width as f64,
+    }
+}
+
+/// An array as the TPU tiles it: `rest` copies of a (rows, cols) matrix
+/// whose rows go to the sublanes and cols to the lanes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tiling {
+    rest: u64,
+    rows: u64,
+    cols: u64,
+    /// A vector (one dim): stored densely along the lanes, one row per
+    /// register when loaded.
+    vector: bool,
+}
+
+impl Tiling {
+    /// Elements with rows padded to the 8 sublanes and cols to the lanes.
+    /// Rows pad to 8 for every type: measured bf16 kernels on 8-row arrays
+    /// run as fast per byte as on 16-row ones (XLA picks a small tile
+    /// rather than a packed 16-row one).
+    fn padded_elems(&self, lanes: u64) -> u64 {
+        if self.vector {
+            // A scalar is one element.
+            return if self.cols <= 1 {
+                1
+            } else {
+                self.cols.div_ceil(lanes) * lanes
+            };
+        }
+        let tile = self.rows.div_ceil(SUBLANES) * SUBLANES * self.cols.div_ceil(lanes) * lanes;
+        self.rest.saturating_mul(tile)
+    }
+}
+
+/// The tiling of an array with the least padding (size-1 dims dropped; any
+/// two dims may be the tiled pair, as XLA's layout assignment is free to
+/// pick them); a vector is one row. `None` for an empty array.
+fn tiled_pair(dims: &[i64], lanes: u64) -> Option<Tiling> {
     let dims: Vec<u64> = dims
         .iter()
         .map(|&d| d.max(0) as u64)
         .filter(|&d| d != 1)
         .collect();
     if dims.contains(&0) {
-        return 0.0;
+        return None;
     }
-    // Rows pad to the 8 sublanes for every type: measured bf16 kernels on
-    // 8-row arrays run as fast per byte as on 16-row ones (XLA picks a
-    // small tile rather than a packed 16-row one).
-    let sublane_tile = SUBLANES;
-    let pad = |r: u64, c: u64| r.div_ceil(sublane_tile) * sublane_tile * c.div_ceil(lanes) * lanes;
-    let elems = match dims.as_slice() {
-        [] => 1,
-        [n] => n.div_ceil(lanes) * lanes,
+    match dims.as_slice() {
+        [] => Some(Tiling {
+            rest: 1,
+            rows: 1,
+            cols: 1,
+            vector: true,
+        }),
+        [n] => Some(Tiling {
+            rest: 1,
+            rows: 1,
+            cols: *n,
+            vector: true,
+        }),
         _ => {
-            // Any two dims may be the tiled minor pair (XLA's layout
-            // assignment is free to pick them): the least padding wins.
-            let mut best = u64::MAX;
+            let mut best: Option<(u64, Tiling)> = None;
             for (i, &r) in dims.iter().enumerate() {
                 for (j, &c) in dims.iter().enumerate() {
                     if i == j {
@@ -135,13 +187,72 @@ pub fn tiled_bytes(ty: PrimitiveType, dims: &[i64], lanes: u64) -> f64 {
                         .filter(|(k, _)| *k != i && *k != j)
                         .map(|(_, &d)| d)
                         .fold(1u64, |a, d| a.saturating_mul(d));
-                    best = best.min(rest.saturating_mul(pad(r, c)));
+                    let t = Tiling {
+                        rest,
+                        rows: r,
+                        cols: c,
+                        vector: false,
+                    };
+                    let elems = t.padded_elems(lanes);
+                    if best.is_none_or(|(b, _)| elems < b) {
+                        best = Some((elems, t));
+                    }
                 }
             }
-            best
+            best.map(|(_, t)| t)
         }
+    }
+}
+
+/// Vector registers (8 sublanes x 128 lanes of 32-bit words) one array
+/// fills, and its row tiles (the unit the cores split): a 16-bit array packs
+/// 16 rows per register, an 8-bit one 32, and an array of a single row
+/// fills one sublane of each register.
+fn array_vregs(ty: PrimitiveType, dims: &[i64], lanes: u64) -> (f64, f64) {
+    let width = ty.byte_size().max(1);
+    let rows_per_vreg = SUBLANES * (4 / width).max(1);
+    let words = (width / 4).max(1);
+    match tiled_pair(dims, lanes) {
+        None => (0.0, 0.0),
+        Some(t) => {
+            let row_tiles = t.rest.saturating_mul(t.rows.div_ceil(rows_per_vreg));
+            let vregs = row_tiles
+                .saturating_mul(t.cols.div_ceil(lanes))
+                .saturating_mul(words);
+            (vregs as f64, row_tiles as f64)
+        }
+    }
+}
+
+/// Registers a kernel loads and stores (its operands, but the buffer it
+/// updates in place, and its results; a sliced operand counts what is read,
+/// densely) and the most row tiles any of them has.
+fn kernel_vregs(m: &Module, id: InstrId, lanes: u64, in_place: Option<usize>) -> (f64, f64) {
+    let ins = m.instr(id);
+    let dense = (SUBLANES * lanes * 4) as f64;
+    let (mut vregs, mut row_tiles) = match in_place_update(m, id, lanes) {
+        Some((_, update_bytes)) => (update_bytes / dense, 1.0),
+        None => shape_vregs(&ins.shape, lanes),
     };
-    elems as f64 * width as f64
+    for (k, &o) in ins.operands.iter().enumerate() {
+        if in_place == Some(k) {
+            continue;
+        }
+        let (v, r) = match sliced_read(m, id, k) {
+            Some(read) => (read / dense, 1.0),
+            None => shape_vregs(&m.instr(o).shape, lanes),
+        };
+        vregs += v;
+        row_tiles = row_tiles.max(r);
+    }
+    (vregs, row_tiles)
+}
+
+fn shape_vregs(s: &Shape, lanes: u64) -> (f64, f64) {
+    s.leaves()
+        .iter()
+        .map(|a| array_vregs(a.ty, &a.dims, lanes))
+        .fold((0.0, 0.0), |(v, r), (av, ar)| (v + av, r.max(ar)))
 }
 
 fn shape_tiled_bytes(s: &Shape, lanes: u64) -> f64 {
@@ -414,6 +525,14 @@ pub fn kernel_time(
             .push("transpose on the XLU, one vreg per cycle per core".into());
     }
 
+    if e.custom_call.is_none() {
+        let (vregs, row_tiles) = kernel_vregs(m, id, lanes, in_place.map(|(k, _)| k));
+        // The cores split a kernel by row tiles: one row tile, one core.
+        let used = cores.min(row_tiles.max(1.0));
+        e.vregs = vregs;
+        e.vreg_s = vregs / (tc.vreg_moves_per_cycle * used * clock);
+    }
+
     let hbm = chip.memory.hbm_bandwidth_bytes_per_s * tc.hbm_efficiency;
     // Measured on v4: MXU kernels re-read warm operands from CMEM;
     // elementwise kernels and matrix-vector products stream from HBM even
@@ -454,7 +573,7 @@ pub fn kernel_time(
         } else {
             tc.kernel_launch_s
         };
-    let compute = e.mxu_s.max(e.vpu_s).max(e.xlu_s);
+    let compute = e.mxu_s.max(e.vpu_s).max(e.xlu_s).max(e.vreg_s);
     // The first load and last store are the prologue and epilogue; the
     // other tiles' DMAs overlap compute.
     e.steady_dma_s = (e.dma_s - e.prologue_s - e.epilogue_s).max(0.0);
@@ -515,7 +634,13 @@ pub fn explain_op(m: &Module, chip: &Chip, name: &str) -> Option<Vec<String>> {
             us(s.cycles / clock)
         ));
     }
-    out.push(format!("  VPU: {}   XLU: {}", us(e.vpu_s), us(e.xlu_s)));
+    out.push(format!(
+        "  VPU: {}   XLU: {}   registers loaded/stored: {:.0} = {}",
+        us(e.vpu_s),
+        us(e.xlu_s),
+        e.vregs,
+        us(e.vreg_s)
+    ));
     out.push(format!(
         "  DMA: {} in + {} out (tiled layout){}, {} tiles of {} = {}",
         bytes(e.bytes_in),
@@ -529,11 +654,13 @@ pub fn explain_op(m: &Module, chip: &Chip, name: &str) -> Option<Vec<String>> {
         bytes(e.dma_bytes_per_tile),
         us(e.dma_s)
     ));
-    let compute = e.mxu_s.max(e.vpu_s).max(e.xlu_s);
+    let compute = e.mxu_s.max(e.vpu_s).max(e.xlu_s).max(e.vreg_s);
     let unit = if compute == e.mxu_s && e.mxu_s > 0.0 {
         "MXU"
     } else if compute == e.xlu_s && e.xlu_s > 0.0 {
         "XLU"
+    } else if compute == e.vreg_s && e.vreg_s > e.vpu_s {
+        "load/store"
     } else {
         "VPU"
     };

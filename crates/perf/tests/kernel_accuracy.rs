@@ -11,11 +11,11 @@ use score::{load_cases, score_of, Case};
 /// (set, MAPE bound in %). Measured today: see bench/README.md.
 const BOUNDS: [(&str, f64); 7] = [
     ("gemm", 13.0),
-    ("add", 7.0),
-    ("exponential", 7.5),
-    ("transpose", 6.5),
-    ("reduce", 27.5),
-    ("convert", 17.5),
+    ("add", 6.0),
+    ("exponential", 7.0),
+    ("transpose", 6.0),
+    ("reduce", 26.5),
+    ("convert", 17.0),
     ("batched_gemm", 15.5),
 ];
 

@@ -369,3 +369,47 @@ fn a_lane_reduction_with_more_results_than_lanes_takes_a_second_kernel() {
         .join("\n");
     assert!(lines.contains("second kernel"), "{lines}");
 }
+
+fn vector_add(shape: &str) -> String {
+    format!(
+        "HloModule v\n\nENTRY e {{\n  x = bf16[{shape}] parameter(0)\n  y = bf16[{shape}] parameter(1)\n  \
+         ROOT a = bf16[{shape}] add(x, y)\n}}\n"
+    )
+}
+
+/// A single-row array fills one sublane of each register: adding two such
+/// rows moves three registers per 128 values through one core's load/store
+/// slots, slower than their bytes stream from HBM (v4 measures 3.4-3.5
+/// cycles per 128 values).
+#[test]
+fn single_row_arrays_are_bound_by_register_moves() {
+    let chip = by_id("v4").unwrap();
+    let tc = chip.tensorcore.clone().unwrap();
+    let n = 131_072u64;
+    let t = root_time(
+        &vector_add(&format!("1,1,{n}")),
+        "v4",
+        TimingContext::default(),
+    );
+    let moves = 3.0 * (n / 128) as f64 / (tc.vreg_moves_per_cycle * chip.clock_hz);
+    assert!(
+        t.time_s >= moves + tc.kernel_launch_s * 0.99,
+        "{} < {moves} + launch",
+        t.time_s
+    );
+    // The same values as 8 rows fill every sublane: HBM-bound, and faster.
+    let dense = root_time(
+        &vector_add(&format!("8,{}", n / 8)),
+        "v4",
+        TimingContext::default(),
+    );
+    assert!(
+        dense.time_s < 0.6 * t.time_s,
+        "{} vs {}",
+        dense.time_s,
+        t.time_s
+    );
+    let m = module(&vector_add(&format!("1,1,{n}")));
+    let lines = explain_op(&m, &chip, "a").unwrap().join("\n");
+    assert!(lines.contains("load/store-bound"), "{lines}");
+}
