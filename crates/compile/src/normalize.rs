@@ -705,27 +705,18 @@ impl Graph {
             if self.grown.contains(&i) || m.comp(self.comp).root == i {
                 continue;
             }
-            if let Some(n) = self.narrowed_contraction(m, i) {
-                // Rounds the f32 sum once, as the narrowing convert did.
-                let Some(new) = narrowed_clone(m, i, n, fresh) else {
-                    continue;
-                };
-                let operands = new.operands.clone();
-                let new = push_instr(m, new);
-                self.queue(i, new, &operands);
-                for u in self.users.get(&i).cloned().unwrap_or_default() {
-                    self.replace_uses(m, u, new);
-                    self.replaced.insert(u);
-                }
-                self.replaced.insert(i);
-                r.dot_results += 1;
-                continue;
-            }
-            let Some(n) = self.hoistable(m, i) else {
+            let contraction = self.narrowed_contraction(m, i);
+            let Some(n) = contraction.or_else(|| self.hoistable(m, i)) else {
                 continue;
             };
             let collective = is_collective(m.instr(i).opcode);
-            if self.hoist(m, i, n, fresh) {
+            if !self.hoist(m, i, n, fresh) {
+                continue;
+            }
+            if contraction.is_some() {
+                // Rounds the f32 sum once, as the narrowing convert did.
+                r.dot_results += 1;
+            } else {
                 r.count_moved(collective);
             }
         }
@@ -1011,7 +1002,7 @@ fn movable(m: &Module, i: InstrId) -> bool {
                 && ins.operands.len() == 1
                 && ins
                     .attr_comp("to_apply")
-                    .is_some_and(|r| is_scalar_binary(m, r))
+                    .is_some_and(|r| crate::util::scalar_reducer_op(m, r).is_some())
         }
         _ => false,
     }
@@ -1038,19 +1029,6 @@ fn data_operands(ins: &Instruction) -> Vec<usize> {
         _ => Vec::new(),
     };
     v.into_iter().filter(|&k| float(k)).collect()
-}
-
-/// A reducer `(x, y) -> op(x, y)` on scalars of one float type.
-fn is_scalar_binary(m: &Module, r: CompId) -> bool {
-    let comp = m.comp(r);
-    let root = m.instr(comp.root);
-    comp.params.len() == 2
-        && comp.instrs.len() == 3
-        && matches!(
-            root.opcode,
-            Opcode::Add | Opcode::Maximum | Opcode::Minimum | Opcode::Multiply
-        )
-        && root.shape.rank() == 0
 }
 
 /// A copy of `i` with element type `n`, reducing with a reducer in `n`.
@@ -1087,9 +1065,8 @@ fn narrow_reducer(
     if let Some(&c) = fresh.reducers.get(&(r, n)) {
         return Some(c);
     }
-    if !is_scalar_binary(m, r) {
-        return None;
-    }
+    // Only a plain scalar reducer can be retyped.
+    crate::util::scalar_reducer_op(m, r)?;
     let new_comp = CompId(m.comps.len() as u32);
     let mut comp = m.comp(r).clone();
     let taken: FxHashSet<&str> = m.comps.iter().map(|c| c.name.as_str()).collect();

@@ -7,11 +7,13 @@
 //! Exact but for the sign of a zero sum, as in XLA; instructions with
 //! control dependencies are left alone.
 
-use crate::util::{control_computations, metadata_of, push_instr, replace_all_uses};
+use crate::util::{
+    control_computations, metadata_of, push_instr, replace_all_uses, scalar_reducer_op,
+};
 use crate::Changed;
 use rustc_hash::FxHashMap;
 use tpusim_hlo::literal::{Literal, LiteralData};
-use tpusim_hlo::{InstrId, Instruction, Module, Opcode, Shape};
+use tpusim_hlo::{InstrId, Instruction, Module, Opcode};
 
 /// XLA's `AlgebraicSimplifier` on reductions whose reduced dimensions all
 /// have size 1, from the reducer's identity (0 for add, 1 for multiply,
@@ -72,7 +74,7 @@ fn degenerate_reduction_input(m: &Module, i: InstrId) -> Option<InstrId> {
     if !degenerate || has_control_deps(ins) {
         return None;
     }
-    let op = reducer_op(m, ins)?;
+    let op = scalar_reducer_op(m, ins.attr_comp("to_apply")?)?;
     is_identity(m.instr(init), op).then_some(input)
 }
 
@@ -80,28 +82,8 @@ fn has_control_deps(ins: &Instruction) -> bool {
     ins.attr("control-predecessors").is_some()
 }
 
-/// The binary op a reduction's `to_apply` computes on its two parameters.
-fn reducer_op(m: &Module, ins: &Instruction) -> Option<Opcode> {
-    let comp = m.comp(ins.attr_comp("to_apply")?);
-    let root = m.instr(comp.root);
-    let params_in = comp.params.len() == 2
-        && comp.instrs.len() == 3
-        && root.operands.len() == 2
-        && root.operands.iter().all(|o| comp.params.contains(o));
-    let op = root.opcode;
-    (params_in
-        && matches!(
-            op,
-            Opcode::Add | Opcode::Multiply | Opcode::Maximum | Opcode::Minimum
-        ))
-    .then_some(op)
-}
-
 /// Whether `init` is a scalar constant that `op` leaves every value as it is.
 fn is_identity(init: &Instruction, op: Opcode) -> bool {
-    if init.opcode != Opcode::Constant || !matches!(init.shape, Shape::Array(_)) {
-        return false;
-    }
     let Some(Literal::Array(data)) = &init.literal else {
         return false;
     };

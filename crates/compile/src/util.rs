@@ -2,7 +2,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::attr::{print_rank, ReplicaGroups};
-use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, NameTable, Shape};
+use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, NameTable, Opcode, Shape};
 
 /// Appends `ins` to the module's arena (not to any computation's order).
 pub(crate) fn push_instr(m: &mut Module, ins: Instruction) -> InstrId {
@@ -66,6 +66,22 @@ pub(crate) fn replace_all_uses(m: &mut Module, c: CompId, replaced: &FxHashMap<I
     if let Some(&n) = replaced.get(&root) {
         m.comps[c.index()].root = n;
     }
+}
+
+/// For a reducer `(x, y) -> op(x, y)` on scalars (add, multiply, maximum or
+/// minimum): `op`.
+pub(crate) fn scalar_reducer_op(m: &Module, r: CompId) -> Option<Opcode> {
+    let comp = m.comp(r);
+    let root = m.instr(comp.root);
+    let op = root.opcode;
+    (comp.params.len() == 2
+        && comp.instrs.len() == 3
+        && root.shape.rank() == 0
+        && matches!(
+            op,
+            Opcode::Add | Opcode::Maximum | Opcode::Minimum | Opcode::Multiply
+        ))
+    .then_some(op)
 }
 
 /// `ins`'s metadata attribute alone, for an instruction that replaces it.

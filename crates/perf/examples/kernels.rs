@@ -96,9 +96,14 @@ fn fitted() -> Vec<Fitted> {
 }
 
 fn with(chip: &Chip, f: &Fitted, v: f64) -> Chip {
+    with_set(chip, f.set, v)
+}
+
+/// `chip` with one `[tensorcore]` constant set to `v`.
+fn with_set(chip: &Chip, set: Setter, v: f64) -> Chip {
     let mut c = chip.clone();
     if let Some(t) = c.tensorcore.as_mut() {
-        (f.set)(t, v);
+        set(t, v);
     }
     c
 }
@@ -332,11 +337,7 @@ impl ModelLine {
 }
 
 fn with_in_program(chip: &Chip, v: f64) -> Chip {
-    let mut c = chip.clone();
-    if let Some(t) = c.tensorcore.as_mut() {
-        t.in_program_kernel_s = v;
-    }
-    c
+    with_set(chip, |t, v| t.in_program_kernel_s = v, v)
 }
 
 fn best_in_program(lines: &[&ModelLine]) -> f64 {

@@ -233,13 +233,15 @@ fn analyze_until(module: &Module, chip: &Chip, comm: &dyn CommModel, cancel: &Ca
             "TensorCore model: each kernel costs max(compute, DMA) over its tiles plus {:.2} µs \
              inside a program (a lone kernel: {:.2} µs); HBM at {:.0}% of peak; the {:.1} µs \
              per-program launch overhead is not in the step time; each operand is read from HBM \
-             once per kernel (re-reads forced by VMEM capacity are not modelled); a reduction \
-             over the minor (lane) dim with more results than lanes takes a second kernel (a \
-             rule inferred from measured v4 reductions)",
+             once per kernel (re-reads forced by VMEM capacity are not modelled); each core \
+             loads or stores {} vector register(s) per cycle, one row of a single-row array per \
+             register; a reduction over the minor (lane) dim with more results than lanes takes \
+             a second kernel (a rule inferred from measured v4 reductions)",
             tc.in_program_kernel_s * 1e6,
             tc.kernel_launch_s * 1e6,
             tc.hbm_efficiency * 100.0,
-            tc.program_overhead_s * 1e6
+            tc.program_overhead_s * 1e6,
+            tc.vreg_moves_per_cycle
         ));
     }
     let net = std::mem::take(&mut walk.net);

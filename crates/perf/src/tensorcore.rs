@@ -224,28 +224,39 @@ fn array_vregs(ty: PrimitiveType, dims: &[i64], lanes: u64) -> (f64, f64) {
     }
 }
 
-/// Registers a kernel loads and stores (its operands, but the buffer it
-/// updates in place, and its results; a sliced operand counts what is read,
-/// densely) and the most row tiles any of them has.
-fn kernel_vregs(m: &Module, id: InstrId, lanes: u64, in_place: Option<usize>) -> (f64, f64) {
-    let ins = m.instr(id);
-    let dense = (SUBLANES * lanes * 4) as f64;
-    let (mut vregs, mut row_tiles) = match in_place_update(m, id, lanes) {
-        Some((_, update_bytes)) => (update_bytes / dense, 1.0),
-        None => shape_vregs(&ins.shape, lanes),
-    };
-    for (k, &o) in ins.operands.iter().enumerate() {
-        if in_place == Some(k) {
-            continue;
+/// What a kernel moves of some arrays: bytes in the tiled layout, vector
+/// registers, and the most row tiles any of them has.
+#[derive(Clone, Copy, Debug, Default)]
+struct Traffic {
+    bytes: f64,
+    vregs: f64,
+    row_tiles: f64,
+}
+
+impl Traffic {
+    fn of_shape(s: &Shape, lanes: u64) -> Traffic {
+        let (vregs, row_tiles) = shape_vregs(s, lanes);
+        Traffic {
+            bytes: shape_tiled_bytes(s, lanes),
+            vregs,
+            row_tiles,
         }
-        let (v, r) = match sliced_read(m, id, k) {
-            Some(read) => (read / dense, 1.0),
-            None => shape_vregs(&m.instr(o).shape, lanes),
-        };
-        vregs += v;
-        row_tiles = row_tiles.max(r);
     }
-    (vregs, row_tiles)
+
+    /// `bytes` read or written densely (a slice, an in-place update).
+    fn dense(bytes: f64, lanes: u64) -> Traffic {
+        Traffic {
+            bytes,
+            vregs: bytes / (SUBLANES * lanes * 4) as f64,
+            row_tiles: 1.0,
+        }
+    }
+
+    fn add(&mut self, o: Traffic) {
+        self.bytes += o.bytes;
+        self.vregs += o.vregs;
+        self.row_tiles = self.row_tiles.max(o.row_tiles);
+    }
 }
 
 fn shape_vregs(s: &Shape, lanes: u64) -> (f64, f64) {
@@ -426,18 +437,24 @@ pub fn kernel_time(
     // XLA's buffer assignment shares the operand's buffer with the result):
     // the buffer is neither read nor written whole.
     let in_place = in_place_update(m, id, lanes);
-    e.bytes_out = in_place.map_or_else(|| shape_tiled_bytes(&ins.shape, lanes), |(_, b)| b);
-    e.bytes_in = ins
-        .operands
-        .iter()
-        .enumerate()
-        .map(|(k, &o)| match sliced_read(m, id, k) {
-            _ if in_place.is_some_and(|(buffer, _)| buffer == k) => 0.0,
+    let output = in_place.map_or_else(
+        || Traffic::of_shape(&ins.shape, lanes),
+        |(_, b)| Traffic::dense(b, lanes),
+    );
+    let mut input = Traffic::default();
+    for (k, &o) in ins.operands.iter().enumerate() {
+        if in_place.is_some_and(|(buffer, _)| buffer == k) {
+            continue;
+        }
+        let whole = Traffic::of_shape(&m.instr(o).shape, lanes);
+        input.add(match sliced_read(m, id, k) {
             // Only the rows a gather or slice selects are brought in.
-            Some(read) => read.min(shape_tiled_bytes(&m.instr(o).shape, lanes)),
-            None => shape_tiled_bytes(&m.instr(o).shape, lanes),
-        })
-        .sum();
+            Some(read) if read < whole.bytes => Traffic::dense(read, lanes),
+            _ => whole,
+        });
+    }
+    e.bytes_out = output.bytes;
+    e.bytes_in = input.bytes;
     if ins.opcode == Opcode::CustomCall {
         let target = match ins.attr("custom_call_target") {
             Some(AttrValue::Str(s)) => s.clone(),
@@ -526,11 +543,10 @@ pub fn kernel_time(
     }
 
     if e.custom_call.is_none() {
-        let (vregs, row_tiles) = kernel_vregs(m, id, lanes, in_place.map(|(k, _)| k));
         // The cores split a kernel by row tiles: one row tile, one core.
-        let used = cores.min(row_tiles.max(1.0));
-        e.vregs = vregs;
-        e.vreg_s = vregs / (tc.vreg_moves_per_cycle * used * clock);
+        let used = cores.min(input.row_tiles.max(output.row_tiles).max(1.0));
+        e.vregs = input.vregs + output.vregs;
+        e.vreg_s = e.vregs / (tc.vreg_moves_per_cycle * used * clock);
     }
 
     let hbm = chip.memory.hbm_bandwidth_bytes_per_s * tc.hbm_efficiency;
@@ -796,29 +812,29 @@ pub fn is_matrix_vector(mm: &MatmulInfo) -> bool {
     mm.m == 1 || mm.n == 1
 }
 
-fn contains(m: &Module, id: InstrId, op: Opcode) -> bool {
+/// The instructions a kernel runs: the op itself, and the body of a fusion.
+fn kernel_instrs(m: &Module, id: InstrId) -> impl Iterator<Item = InstrId> + '_ {
     let ins = m.instr(id);
-    ins.opcode == op
-        || (ins.opcode == Opcode::Fusion
-            && ins
-                .called_computations()
-                .iter()
-                .any(|&c| m.comp(c).instrs.iter().any(|&j| m.instr(j).opcode == op)))
+    let bodies = if ins.opcode == Opcode::Fusion {
+        ins.called_computations()
+    } else {
+        Vec::new()
+    };
+    std::iter::once(id).chain(
+        bodies
+            .into_iter()
+            .flat_map(move |c| m.comp(c).instrs.iter().copied()),
+    )
+}
+
+fn contains(m: &Module, id: InstrId, op: Opcode) -> bool {
+    kernel_instrs(m, id).any(|j| m.instr(j).opcode == op)
 }
 
 /// The number of results of a reduction over its operand's minor-most
 /// (lane) dimension in the kernel `id` (the op or its fused computation).
 fn lane_reduction_results(m: &Module, id: InstrId) -> Option<u64> {
-    let ins = m.instr(id);
-    let candidates: Vec<InstrId> = if ins.opcode == Opcode::Fusion {
-        ins.called_computations()
-            .iter()
-            .flat_map(|&c| m.comp(c).instrs.clone())
-            .collect()
-    } else {
-        vec![id]
-    };
-    candidates.into_iter().find_map(|j| {
+    kernel_instrs(m, id).find_map(|j| {
         let r = m.instr(j);
         if r.opcode != Opcode::Reduce {
             return None;
@@ -833,8 +849,8 @@ fn lane_reduction_results(m: &Module, id: InstrId) -> Option<u64> {
         if !dims.contains(&minor) || input.dims.get(usize::try_from(minor).ok()?)? <= &1 {
             return None;
         }
-        let out = r.shape.leaves().first().map(|a| a.dims.clone())?;
-        Some(out.iter().map(|&d| d.max(1) as u64).product())
+        let out = *r.shape.leaves().first()?;
+        Some(out.dims.iter().map(|&d| d.max(1) as u64).product())
     })
 }
 
