@@ -1069,7 +1069,9 @@ fn ranked_hints(a: &Analysis, chip: &Chip) -> Vec<(f64, String)> {
                 "{n} op executions are overhead-bound ({:.1}% of step at {:.2} µs each): fuse small \
                  ops or give each more work",
                 share(overhead),
-                chip.op_overhead_s * 1e6
+                // What these ops take on average (a kernel's fixed cost on
+                // a TensorCore model, the flat per-op overhead otherwise).
+                overhead / n.max(1) as f64 * 1e6
             ),
         ));
     }

@@ -65,3 +65,33 @@ fn hints_rank_by_time_at_stake() {
     assert!(a.hints[0].contains("flash-attention"), "{:?}", a.hints);
     assert!(a.hints[1].contains("HBM-bound"), "{:?}", a.hints);
 }
+
+#[test]
+fn the_overhead_hint_states_what_each_overhead_bound_op_takes() {
+    // Eight tiny dependent adds: every kernel is its fixed cost.
+    let mut text = String::from("HloModule tiny\nENTRY e {\n  a0 = f32[8]{0} parameter(0)\n");
+    for i in 1..=8 {
+        text += &format!("  a{i} = f32[8]{{0}} add(a{}, a0)\n", i - 1);
+    }
+    text += "  ROOT r = f32[8]{0} negate(a8)\n}\n";
+    let m = tpusim_hlo::parse_module(&text).unwrap();
+    let a = analyze(&m, &by_id("v4").unwrap());
+    let ops: Vec<_> = a
+        .ops
+        .iter()
+        .filter(|o| o.bound == tpusim_perf::Bound::Overhead)
+        .collect();
+    let n: u64 = ops.iter().map(|o| o.occurrences).sum();
+    let each = ops.iter().map(|o| o.time_s).sum::<f64>() / n as f64;
+    let hint = a
+        .hints
+        .iter()
+        .find(|h| h.contains("overhead-bound"))
+        .unwrap_or_else(|| panic!("{:?}", a.hints));
+    // Not the flat per-op overhead of the roofline (0.50 µs) that the hint
+    // used to quote whatever the model charged.
+    assert!(
+        hint.contains(&format!("at {:.2} µs each", each * 1e6)),
+        "{hint} (each {each})"
+    );
+}
