@@ -1152,7 +1152,13 @@ impl<'m> Partitioner<'m> {
             }
             _ => {}
         }
-        let v = self.local_op(cb, ins, ids, target, attrs)?;
+        let v = self.local_op(cb, ins, ids, target.clone(), attrs)?;
+        if ins.opcode == Opcode::DynamicSlice {
+            // XLA does not propagate an operand's tiling of a dynamically
+            // sliced dim into the result (the offset is data-dependent):
+            // those dims stay whole.
+            return Ok(v);
+        }
         // XLA propagates the operand's tiling through the op: the result is
         // sliced back to it (a free dynamic-slice).
         let back: Vec<Sh> = out_leaf
