@@ -639,12 +639,19 @@ impl Out {
                 b != a && {
                     let mut want = s.dims[b].clone();
                     want.extend(&moving);
+                    // An untiled dim that the tiling does not divide is
+                    // padded first (as XLA pads it), a tiled one is not.
+                    let divides = global[b] % i64::from(mesh.count(&want)) == 0;
                     to.dims[b].starts_with(&want)
-                        && global[b] % i64::from(mesh.count(&want)) == 0
+                        && (divides || s.dims[b].is_empty())
                         && global[a] % i64::from(mesh.count(&s.dims[a])) == 0
                 }
             });
             if let Some(b) = target {
+                let parts = i64::from(mesh.count(&moving));
+                let mut padded = self.dims(cur);
+                padded[b] = ceil_div(padded[b], parts) * parts;
+                cur = self.pad_high(cb, cur, &padded);
                 cur = self.all_to_all(cb, cur, a, b, &moving);
                 s.dims[a].truncate(lcp);
                 s.dims[b].extend(&moving);

@@ -454,6 +454,7 @@ impl<'m> Partitioner<'m> {
             Some(t) => t.to_vec(),
             None => match self.annotation(root_ins)? {
                 Some(t) => t,
+                None if c == src.entry => self.entry_results(&root_ins.shape, &root.sh),
                 None => root.sh.iter().map(Sh::without_partial).collect(),
             },
         };
@@ -465,6 +466,33 @@ impl<'m> Partitioner<'m> {
         self.out.finish(cb, root.id);
         self.depth -= 1;
         Ok((new, target))
+    }
+
+    /// The shardings the entry's results get when nothing annotates them: the
+    /// propagated ones, except that a dim the tiling does not divide is
+    /// returned whole (XLA gathers an unevenly tiled result rather than
+    /// return its padded shards).
+    fn entry_results(&self, global: &Shape, propagated: &[Sh]) -> Vec<Sh> {
+        let leaves = leaves_of(global);
+        propagated
+            .iter()
+            .zip(
+                leaves
+                    .iter()
+                    .map(Shape::dims)
+                    .chain(std::iter::repeat(&[][..])),
+            )
+            .map(|(sh, dims)| {
+                let mut sh = sh.without_partial();
+                for (d, axes) in sh.dims.iter_mut().enumerate() {
+                    let parts = i64::from(self.out.mesh.count(axes));
+                    if dims.get(d).is_some_and(|&n| n % parts != 0) {
+                        axes.clear();
+                    }
+                }
+                sh
+            })
+            .collect()
     }
 
     /// Emits the instructions of computation `c` into `cb`: its parameters
