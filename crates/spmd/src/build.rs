@@ -475,6 +475,85 @@ impl Out {
         )
     }
 
+    /// `value` broadcast to an `s32` array of `dims`.
+    fn s32_splat(&mut self, cb: &mut CompB, value: i64, dims: &[i64]) -> InstrId {
+        let c = self.constant(
+            cb,
+            Shape::scalar(PrimitiveType::S32),
+            Literal::Array(LiteralData::Int(vec![value])),
+        );
+        self.splat(cb, c, PrimitiveType::S32, dims)
+    }
+
+    /// The scalar `x` broadcast to an array of `dims`.
+    fn splat(&mut self, cb: &mut CompB, x: InstrId, ty: PrimitiveType, dims: &[i64]) -> InstrId {
+        self.emit(
+            cb,
+            "broadcast",
+            Opcode::Broadcast,
+            Shape::array(ty, dims.to_vec()),
+            vec![x],
+            vec![attr("dimensions", AttrValue::Ints(vec![]))],
+        )
+    }
+
+    /// Start indices (`s32`) of a gather along a dim of `rows` rows that each
+    /// device holds `local` of, from row `first[device]`: the global start,
+    /// clamped as a gather clamps it, made relative to this device's rows;
+    /// and a mask of the starts that fall outside them.
+    pub fn shard_starts(
+        &mut self,
+        cb: &mut CompB,
+        starts: InstrId,
+        rows: i64,
+        local: i64,
+        first: Vec<i64>,
+    ) -> (InstrId, InstrId) {
+        let dims = self.dims(starts);
+        let s32 = Shape::array(PrimitiveType::S32, dims.clone());
+        let pred = Shape::array(PrimitiveType::Pred, dims.clone());
+        let low = self.s32_splat(cb, 0, &dims);
+        let high = self.s32_splat(cb, rows - 1, &dims);
+        let clamped = self.emit(
+            cb,
+            "clamp",
+            Opcode::Clamp,
+            s32.clone(),
+            vec![low, starts, high],
+            vec![],
+        );
+        let off = self.per_device(cb, first);
+        let offb = self.splat(cb, off, PrimitiveType::S32, &dims);
+        let rel = self.emit(
+            cb,
+            "subtract",
+            Opcode::Subtract,
+            s32,
+            vec![clamped, offb],
+            vec![],
+        );
+        let end = self.s32_splat(cb, local, &dims);
+        let direction = |d: &str| vec![attr("direction", AttrValue::Ident(d.into()))];
+        let below = self.emit(
+            cb,
+            "compare",
+            Opcode::Compare,
+            pred.clone(),
+            vec![rel, low],
+            direction("LT"),
+        );
+        let above = self.emit(
+            cb,
+            "compare",
+            Opcode::Compare,
+            pred.clone(),
+            vec![rel, end],
+            direction("GE"),
+        );
+        let outside = self.emit(cb, "or", Opcode::Or, pred, vec![below, above], vec![]);
+        (rel, outside)
+    }
+
     /// Replaces the padding of uneven dims of a local value by `fill` (a scalar).
     pub fn mask_padding(
         &mut self,

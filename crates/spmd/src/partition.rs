@@ -1257,6 +1257,14 @@ impl<'m> Partitioner<'m> {
                 op_sh.dims[d] = pick;
             }
         }
+        // A lookup into rows the operand tiles (a vocab-sharded embedding)
+        // stays operand-parallel, as XLA partitions it: each device gathers
+        // from its own rows, zeroes the lookups that miss them, and the
+        // partial results are summed.
+        let lookup = self.row_lookup(ins, &og, &ig, &os, &used);
+        if let Some((d, axes)) = &lookup {
+            op_sh.dims[*d] = axes.clone();
+        }
         let local_op = op_sh.local_dims(&self.out.mesh, og.dims());
         for &d in &window {
             if !op_sh.dims[d].is_empty() {
@@ -1264,7 +1272,18 @@ impl<'m> Partitioner<'m> {
             }
         }
         let x = self.arr(cb, &ops[0], &og, &op_sh)?;
-        let y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        let mut y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        let mut outside = None;
+        if let Some((d, axes)) = &lookup {
+            let first: Vec<i64> = (0..self.out.mesh.n)
+                .map(|dev| i64::from(self.out.mesh.index(dev, axes)) * local_op[*d])
+                .collect();
+            let (rel, miss) = self
+                .out
+                .shard_starts(cb, y, og.dims()[*d], local_op[*d], first);
+            y = rel;
+            outside = Some(miss);
+        }
         let batch_in: Vec<usize> = (0..ig.rank()).filter(|&d| d != ivd).collect();
         let batch_out: Vec<usize> = (0..ins.shape.rank())
             .filter(|d| !offset.contains(d))
@@ -1278,7 +1297,110 @@ impl<'m> Partitioner<'m> {
         }
         let mut attrs = ins.attrs.clone();
         set_attr(&mut attrs, "slice_sizes", AttrValue::Ints(slice_sizes));
-        self.local_op(cb, ins, vec![x, y], out, attrs)
+        let g = self.local_op(cb, ins, vec![x, y], out, attrs)?;
+        match (lookup, outside) {
+            (Some((_, axes)), Some(miss)) => self.zero_misses(cb, g, miss, ivd, &batch_out, axes),
+            _ => Ok(g),
+        }
+    }
+
+    /// The operand dim of a gather that can stay tiled by the axes returned:
+    /// a dim looked up row by row (collapsed, slice size 1) by the only
+    /// component of `s32` start indices, tiled evenly by axes the indices do
+    /// not use.
+    fn row_lookup(
+        &self,
+        ins: &Instruction,
+        og: &Shape,
+        ig: &Shape,
+        os: &Sh,
+        used: &[Axis],
+    ) -> Option<(usize, Vec<Axis>)> {
+        let ints = |n: &str| ins.attr_ints(n).unwrap_or(&[]).to_vec();
+        let index_map = ints("start_index_map");
+        let [d] = index_map[..] else {
+            return None;
+        };
+        let d = usize::try_from(d).ok()?;
+        let ivd = usize::try_from(ins.attr_int("index_vector_dim")?).ok()?;
+        let one_component = ivd == ig.rank() || ig.dims().get(ivd) == Some(&1);
+        let axes = os.dims.get(d)?.clone();
+        let rows = *og.dims().get(d)?;
+        let fits = one_component
+            && ig
+                .as_array()
+                .is_some_and(|a| a.ty == tpusim_hlo::PrimitiveType::S32)
+            && ints("collapsed_slice_dims").contains(&(d as i64))
+            && ints("slice_sizes").get(d) == Some(&1)
+            && ints("operand_batching_dims").is_empty()
+            && !axes.is_empty()
+            && axes.iter().all(|a| !used.contains(a))
+            && rows % i64::from(self.out.mesh.count(&axes)) == 0;
+        fits.then_some((d, axes))
+    }
+
+    /// Zeroes the rows of a partitioned row lookup `g` whose start missed
+    /// this device's rows (`miss`, shaped like the start indices) and marks
+    /// the result a partial sum over `axes`.
+    fn zero_misses(
+        &mut self,
+        cb: &mut CompB,
+        g: Val,
+        miss: InstrId,
+        ivd: usize,
+        batch_out: &[usize],
+        axes: Vec<Axis>,
+    ) -> Result<Val, SpmdError> {
+        let out_dims = self.out.dims(g.id);
+        let mut batch = self.out.dims(miss);
+        if ivd < batch.len() {
+            batch.remove(ivd);
+        }
+        let pred = |dims: Vec<i64>| Shape::array(tpusim_hlo::PrimitiveType::Pred, dims);
+        let flat = self.out.emit(
+            cb,
+            "reshape",
+            Opcode::Reshape,
+            pred(batch),
+            vec![miss],
+            vec![],
+        );
+        let dims = AttrValue::Ints(batch_out.iter().map(|&d| d as i64).collect());
+        let mask = self.out.emit(
+            cb,
+            "broadcast",
+            Opcode::Broadcast,
+            pred(out_dims.clone()),
+            vec![flat],
+            vec![attr("dimensions", dims)],
+        );
+        let ty = self.out.ty(g.id);
+        let z = self.out.zero(cb, ty);
+        let zeros = self.out.emit(
+            cb,
+            "broadcast",
+            Opcode::Broadcast,
+            Shape::array(ty, out_dims.clone()),
+            vec![z],
+            vec![attr("dimensions", AttrValue::Ints(vec![]))],
+        );
+        let id = self.out.emit(
+            cb,
+            "select",
+            Opcode::Select,
+            Shape::array(ty, out_dims),
+            vec![mask, zeros, g.id],
+            vec![],
+        );
+        let sh =
+            g.sh.into_iter()
+                .map(|mut s| {
+                    s.partial = axes.clone();
+                    s.reducer = None;
+                    s
+                })
+                .collect();
+        Ok(Val { id, sh })
     }
 
     fn convolution(
