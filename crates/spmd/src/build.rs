@@ -522,16 +522,7 @@ impl Out {
             vec![low, starts, high],
             vec![],
         );
-        let off = self.per_device(cb, first);
-        let offb = self.splat(cb, off, PrimitiveType::S32, &dims);
-        let rel = self.emit(
-            cb,
-            "subtract",
-            Opcode::Subtract,
-            s32,
-            vec![clamped, offb],
-            vec![],
-        );
+        let rel = self.shard_relative(cb, clamped, first);
         let end = self.s32_splat(cb, local, &dims);
         let direction = |d: &str| vec![attr("direction", AttrValue::Ident(d.into()))];
         let below = self.emit(
@@ -552,6 +543,21 @@ impl Out {
         );
         let outside = self.emit(cb, "or", Opcode::Or, pred, vec![below, above], vec![]);
         (rel, outside)
+    }
+
+    /// `s32` indices `starts` minus this device's first row, `first[device]`.
+    pub fn shard_relative(&mut self, cb: &mut CompB, starts: InstrId, first: Vec<i64>) -> InstrId {
+        let dims = self.dims(starts);
+        let off = self.per_device(cb, first);
+        let offb = self.splat(cb, off, PrimitiveType::S32, &dims);
+        self.emit(
+            cb,
+            "subtract",
+            Opcode::Subtract,
+            Shape::array(PrimitiveType::S32, dims),
+            vec![starts, offb],
+            vec![],
+        )
     }
 
     /// Replaces the padding of uneven dims of a local value by `fill` (a scalar).

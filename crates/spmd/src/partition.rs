@@ -2110,6 +2110,9 @@ impl Partitioner<'_> {
         if has_batching && ops.len() == 3 {
             return self.scatter_batched(cb, ins, ops, idx_sh, ivd, &window);
         }
+        if let Some((d, axes)) = self.row_update(ins, &og, &ig, ops, &idx_sh) {
+            return self.scatter_into_rows(cb, ins, ops, idx_sh, (d, axes), is_add);
+        }
         if !is_add || has_batching || idx_sh.used().is_empty() || og.as_array().is_none() {
             return self.replicated_fallback(cb, ins, ops);
         }
@@ -2120,45 +2123,199 @@ impl Partitioner<'_> {
             upd_sh.dims[u] = idx_sh.dims[i].clone();
         }
         let partial = idx_sh.used();
-        let operand = self.arr(cb, &ops[0], &og, &Sh::replicated(og.rank()))?;
+        // Operand dims every update covers whole keep their tiling (with the
+        // updates' matching window dims), as XLA passes them through.
+        let op_sh = self.scatter_passthrough(
+            ins,
+            (&og, &ug),
+            (&ops[0].sh[0], &ops[2].sh[0]),
+            &partial,
+            &mut upd_sh,
+        );
+        let operand = self.arr(cb, &ops[0], &og, &op_sh)?;
         let idx = self.arr(cb, &ops[1], &ig, &idx_sh)?;
         let upd = self.arr(cb, &ops[2], &ug, &upd_sh)?;
+        let shape = self.out.shape(operand).clone();
         let ty = self.out.ty(operand);
         let zero = self.out.zero(cb, ty);
         let zeros = self.out.emit(
             cb,
             "broadcast",
             Opcode::Broadcast,
-            og.clone(),
+            shape.clone(),
             vec![zero],
             vec![attr("dimensions", AttrValue::Ints(vec![]))],
         );
         let local = self.copy_as(
             cb,
             ins,
-            og.clone(),
+            shape.clone(),
             vec![zeros, idx, upd],
             ins.attrs.clone(),
         );
         let summed = self
             .out
             .all_reduce(cb, local, &partial, ins.attr_comp("to_apply"));
-        let id = self.out.emit(
-            cb,
-            "add",
-            Opcode::Add,
-            og.clone(),
-            vec![operand, summed],
-            vec![],
-        );
+        let id = self
+            .out
+            .emit(cb, "add", Opcode::Add, shape, vec![operand, summed], vec![]);
         Ok(Val {
             id,
-            sh: vec![Sh::replicated(og.rank())],
+            sh: vec![op_sh],
         })
+    }
+
+    /// The operand tiling an index-parallel scatter keeps: the tiling of the
+    /// dims each update window covers whole (the operand's own, else the
+    /// updates'; by axes the indices do not use), on operand and updates.
+    fn scatter_passthrough(
+        &self,
+        ins: &Instruction,
+        (og, ug): (&Shape, &Shape),
+        (os, us): (&Sh, &Sh),
+        used: &[Axis],
+        upd_sh: &mut Sh,
+    ) -> Sh {
+        let ints = |n: &str| ins.attr_ints(n).unwrap_or(&[]).to_vec();
+        let inserted = ints("inserted_window_dims");
+        let to_operand = ints("scatter_dims_to_operand_dims");
+        let window = ints("update_window_dims");
+        let mut op_sh = Sh::replicated(og.rank());
+        let operand_window = (0..og.rank()).filter(|&k| !inserted.contains(&(k as i64)));
+        for (k, &u) in operand_window.zip(&window) {
+            let u = u as usize;
+            let mut axes = os.dims.get(k).cloned().unwrap_or_default();
+            if axes.is_empty() {
+                axes = us.dims.get(u).cloned().unwrap_or_default();
+            }
+            let whole = ug.dims().get(u) == og.dims().get(k);
+            let even = og.dims()[k] % i64::from(self.out.mesh.count(&axes)) == 0;
+            let free = axes
+                .iter()
+                .all(|a| !used.contains(a) && !op_sh.used().contains(a));
+            if whole && even && free && !to_operand.contains(&(k as i64)) {
+                op_sh.dims[k] = axes.clone();
+                upd_sh.dims[u] = axes;
+            }
+        }
+        op_sh
     }
 }
 
 impl Partitioner<'_> {
+    /// The operand dim of a scatter that can stay tiled by the axes returned:
+    /// one operand updated row by row (an inserted window dim) through the
+    /// only component of `s32` indices, tiled evenly by axes the indices do
+    /// not use.
+    fn row_update(
+        &self,
+        ins: &Instruction,
+        og: &Shape,
+        ig: &Shape,
+        ops: &[Val],
+        idx_sh: &Sh,
+    ) -> Option<(usize, Vec<Axis>)> {
+        let ints = |n: &str| ins.attr_ints(n).unwrap_or(&[]).to_vec();
+        let [d] = ints("scatter_dims_to_operand_dims")[..] else {
+            return None;
+        };
+        let d = usize::try_from(d).ok()?;
+        let ivd = usize::try_from(ins.attr_int("index_vector_dim")?).ok()?;
+        let one_component = ivd == ig.rank() || ig.dims().get(ivd) == Some(&1);
+        let axes = ops.first()?.sh.first()?.dims.get(d)?.clone();
+        let rows = *og.dims().get(d)?;
+        let used = idx_sh.used();
+        let fits = ops.len() == 3
+            && one_component
+            && ig
+                .as_array()
+                .is_some_and(|a| a.ty == tpusim_hlo::PrimitiveType::S32)
+            && ints("inserted_window_dims").contains(&(d as i64))
+            && !axes.is_empty()
+            && axes.iter().all(|a| !used.contains(a))
+            && rows % i64::from(self.out.mesh.count(&axes)) == 0;
+        fits.then_some((d, axes))
+    }
+
+    /// A scatter into rows the operand tiles (an embedding's gradient), as
+    /// XLA partitions it: each device applies the updates that land in its
+    /// own rows (indices made shard-relative; a scatter skips the others).
+    /// Updates spread over devices by the indices' tiling are combined first
+    /// (scattered into zeros, summed, then added: `add` scatters only).
+    fn scatter_into_rows(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+        idx_sh: Sh,
+        (d, axes): (usize, Vec<Axis>),
+        is_add: bool,
+    ) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let og = src.instr(ins.operands[0]).shape.clone();
+        let ig = src.instr(ins.operands[1]).shape.clone();
+        let ug = src.instr(ins.operands[2]).shape.clone();
+        let partial = idx_sh.used();
+        if !partial.is_empty() && !is_add {
+            return self.replicated_fallback(cb, ins, ops);
+        }
+        let ivd = ins.attr_int("index_vector_dim").unwrap_or(ig.rank() as i64) as usize;
+        let window: Vec<usize> = (ins.attr_ints("update_window_dims").unwrap_or(&[]).iter())
+            .map(|&w| w as usize)
+            .collect();
+        let batch_in: Vec<usize> = (0..ig.rank()).filter(|&k| k != ivd).collect();
+        let scatter_dims: Vec<usize> = (0..ug.rank()).filter(|k| !window.contains(k)).collect();
+        let mut upd_sh = Sh::replicated(ug.rank());
+        for (&u, &i) in scatter_dims.iter().zip(&batch_in) {
+            upd_sh.dims[u] = idx_sh.dims[i].clone();
+        }
+        let mut op_sh = Sh::replicated(og.rank());
+        op_sh.dims[d] = axes.clone();
+        let local = op_sh.local_dims(&self.out.mesh, og.dims());
+        let operand = self.arr(cb, &ops[0], &og, &op_sh)?;
+        let idx = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        let upd = self.arr(cb, &ops[2], &ug, &upd_sh)?;
+        let first: Vec<i64> = (0..self.out.mesh.n)
+            .map(|dev| i64::from(self.out.mesh.index(dev, &axes)) * local[d])
+            .collect();
+        let rel = self.out.shard_relative(cb, idx, first);
+        let shape = self.out.shape(operand).clone();
+        if partial.is_empty() {
+            let id = self.copy_as(cb, ins, shape, vec![operand, rel, upd], ins.attrs.clone());
+            return Ok(Val {
+                id,
+                sh: vec![op_sh],
+            });
+        }
+        let ty = self.out.ty(operand);
+        let zero = self.out.zero(cb, ty);
+        let zeros = self.out.emit(
+            cb,
+            "broadcast",
+            Opcode::Broadcast,
+            shape.clone(),
+            vec![zero],
+            vec![attr("dimensions", AttrValue::Ints(vec![]))],
+        );
+        let scattered = self.copy_as(
+            cb,
+            ins,
+            shape.clone(),
+            vec![zeros, rel, upd],
+            ins.attrs.clone(),
+        );
+        let summed = self
+            .out
+            .all_reduce(cb, scattered, &partial, ins.attr_comp("to_apply"));
+        let id = self
+            .out
+            .emit(cb, "add", Opcode::Add, shape, vec![operand, summed], vec![]);
+        Ok(Val {
+            id,
+            sh: vec![op_sh],
+        })
+    }
+
     /// Scatter with batching dims (the gradient of take_along_axis): operand
     /// and updates are tiled like the indices' batching dims, so every device
     /// scatters into its own slice, with no communication (as XLA does).
