@@ -1307,7 +1307,8 @@ impl<'m> Partitioner<'m> {
     /// The operand dim of a gather that can stay tiled by the axes returned:
     /// a dim looked up row by row (collapsed, slice size 1) by the only
     /// component of `s32` start indices, tiled evenly by axes the indices do
-    /// not use.
+    /// not use (an embedding lookup, or `take_along_axis` of vocab-tiled
+    /// log-probabilities at the labels).
     fn row_lookup(
         &self,
         ins: &Instruction,
@@ -1332,7 +1333,7 @@ impl<'m> Partitioner<'m> {
                 .is_some_and(|a| a.ty == tpusim_hlo::PrimitiveType::S32)
             && ints("collapsed_slice_dims").contains(&(d as i64))
             && ints("slice_sizes").get(d) == Some(&1)
-            && ints("operand_batching_dims").is_empty()
+            && !ints("operand_batching_dims").contains(&(d as i64))
             && !axes.is_empty()
             && axes.iter().all(|a| !used.contains(a))
             && rows % i64::from(self.out.mesh.count(&axes)) == 0;
