@@ -696,6 +696,8 @@ impl Out {
         let mesh = self.mesh.clone();
         let mut cur = x;
         let mut s = from.clone();
+        // Partial sums reduced after the slicing: see `slice_before_reducing`.
+        let mut reduce_last = None;
         if !s.partial.is_empty() {
             let p = std::mem::take(&mut s.partial);
             let scatter_dim = (0..s.rank()).find(|&d| {
@@ -703,14 +705,16 @@ impl Out {
                 want.extend(&p);
                 to.dims[d] == want && global[d] % i64::from(mesh.count(&want)) == 0
             });
-            cur = match scatter_dim {
+            match scatter_dim {
                 Some(d) => {
-                    let r = self.reduce_scatter(cb, cur, d, &p, from.reducer);
+                    cur = self.reduce_scatter(cb, cur, d, &p, from.reducer);
                     s.dims[d].extend(&p);
-                    r
                 }
-                None => self.all_reduce(cb, cur, &p, from.reducer),
-            };
+                None if slice_before_reducing(&mesh, global, &s, &p, to) => {
+                    reduce_last = Some((p, from.reducer));
+                }
+                None => cur = self.all_reduce(cb, cur, &p, from.reducer),
+            }
             s.reducer = None;
         }
         // All-to-all: the minor tiling of one dim moves to another.
@@ -802,8 +806,22 @@ impl Out {
             cur = self.pad_high(cb, cur, &padded);
             cur = self.dynamic_slice(cb, cur, offsets, &sizes);
         }
+        if let Some((p, reducer)) = reduce_last {
+            cur = self.all_reduce(cb, cur, &p, reducer);
+        }
         Ok(cur)
     }
+}
+
+/// Whether partial sums over `partial` that `to` only tiles further (evenly,
+/// by other axes) are better sliced first and reduced after: the all-reduce
+/// then moves the shard, not the whole value (devices summed together hold
+/// the same slice, since the new tiling's axes are not the partial ones).
+fn slice_before_reducing(mesh: &Mesh, global: &[i64], s: &Sh, partial: &[Axis], to: &Sh) -> bool {
+    let adds_only = (0..s.rank()).all(|d| to.dims[d].starts_with(&s.dims[d]));
+    let even = (0..s.rank()).all(|d| global[d] % i64::from(mesh.count(&to.dims[d])) == 0);
+    let disjoint = to.used().iter().all(|a| !partial.contains(a));
+    adds_only && even && disjoint && to.dims != s.dims
 }
 
 impl Out {

@@ -222,3 +222,20 @@ ENTRY e {
     assert_eq!(shapes_of(&m, Opcode::Cos), [[2, 16]]);
     assert!(shapes_of(&m, Opcode::DynamicSlice).is_empty());
 }
+
+#[test]
+fn partial_sums_tiled_further_are_sliced_before_they_are_reduced() {
+    // The dot's partial sums (over the major axis) are asked for tiled along
+    // rows by the minor axis: slicing first halves what the all-reduce moves.
+    let m = partitioned(
+        r#"HloModule partial, num_partitions=4
+ENTRY e {
+  p0 = f32[8,16] parameter(0), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+  p1 = f32[16,4] parameter(1), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  d = f32[8,4] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT s = f32[8,4] custom-call(d), custom_call_target="Sharding", sharding={devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+}
+"#,
+    );
+    assert_eq!(shapes_of(&m, Opcode::AllReduce), vec![vec![4, 4]]);
+}
