@@ -746,8 +746,9 @@ impl Out {
                 s.dims[b].extend(&moving);
             }
         }
-        // All-gather what `to` does not tile the same way.
-        for d in 0..s.rank() {
+        // All-gather what `to` does not tile the same way, the minor dims
+        // first (XLA's order).
+        for d in (0..s.rank()).rev() {
             let lcp = common_prefix(&s.dims[d], &to.dims[d]);
             if lcp == s.dims[d].len() {
                 continue;
