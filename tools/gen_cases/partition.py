@@ -466,6 +466,38 @@ def _():
     return Case(lambda t, i: jnp.take(t, i, axis=0), [normal(r, (32, 6)), ids], [P("model", None), P("data")], m)
 
 
+@case("embedding_vocab_grad", "embedding", "loss and gradient of a lookup in a vocab-sharded table (ids out of range too)")
+def _():
+    r, m = rng_for("emb_vgrad"), mesh((2, 4), ("data", "model"))
+    ids = r.integers(-2, 34, (8, 4)).astype(np.int32)
+
+    def f(t, i):
+        loss = lambda t: (jnp.take(t, i, axis=0, mode="fill", fill_value=0.0) ** 2).sum()
+        return jax.value_and_grad(loss)(t)
+    return Case(f, [normal(r, (32, 6)), ids], [P("model", None), P("data")], m)
+
+
+@case("logits_label_lookup", "embedding", "log-probabilities of the labels from vocab-sharded logits (take_along_axis)")
+def _():
+    r, m = rng_for("lbl"), mesh((2, 4), ("data", "model"))
+    labels = r.integers(0, 16, (4, 6)).astype(np.int32)
+
+    def f(logits, y):
+        logp = jax.nn.log_softmax(logits, -1)
+        return jnp.take_along_axis(logp, y[..., None], -1)[..., 0]
+    return Case(f, [normal(r, (4, 6, 16)), labels], [P("data", None, "model"), P("data")], m)
+
+
+@case("argmax_uneven_vocab", "reduce", "argmax and max over a dim of 10 split 4 ways (padded shards)")
+def _():
+    r, m = rng_for("amx"), mesh((4, 2), ("a", "b"))
+
+    def f(x):
+        x = wsc(jnp.tanh(x), m, P("b", "a"))
+        return jnp.argmax(x, -1), x.max(-1)
+    return Case(f, [normal(r, (6, 10))], [P("b", None)], m)
+
+
 @case("embedding_feature_sharded", "embedding", "embedding lookup, table sharded on the feature dim")
 def _():
     r, m = rng_for("emb2"), mesh((8,), ("x",))

@@ -963,6 +963,13 @@ impl<'m> Partitioner<'m> {
         let g = self.src.instr(ins.operands[0]).shape.clone();
         let s = ops[0].sh[0].without_partial();
         let reducer = ins.attr_comp("to_apply");
+        let tiled: Vec<Axis> = rdims
+            .iter()
+            .flat_map(|&d| s.dims.get(d).into_iter().flatten().copied())
+            .collect();
+        if n > 1 && !tiled.is_empty() {
+            return self.reduce_then_gather(cb, ins, ops, s, &rdims, &tiled);
+        }
         let combinable = n == 1 && reducer.is_some_and(|c| self.identity_init(c, ins.operands[1]));
         let mut in_sh = s.clone();
         if !combinable {
@@ -1006,6 +1013,94 @@ impl<'m> Partitioner<'m> {
             out.reducer = reducer;
         }
         self.local_op(cb, ins, ids, out, ins.attrs.clone())
+    }
+
+    /// A variadic reduction (argmax: values and their indices) over dims tiled
+    /// by `tiled`, as XLA partitions it: each device reduces its own part,
+    /// the partial results are all-gathered along a new minor dim (one
+    /// candidate per device) and reduced again. Padding of uneven dims is
+    /// replaced by the init values first.
+    fn reduce_then_gather(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+        in_sh: Sh,
+        rdims: &[usize],
+        tiled: &[Axis],
+    ) -> Result<Val, SpmdError> {
+        let src = self.src;
+        let n = ops.len() / 2;
+        let mut inputs = Vec::with_capacity(n);
+        let mut inits = Vec::with_capacity(n);
+        for k in 0..n {
+            let init_shape = &src.instr(ins.operands[n + k]).shape;
+            let init = self.arr(cb, &ops[n + k], init_shape, &Sh::replicated(0))?;
+            let gk = src.instr(ins.operands[k]).shape.clone();
+            let x = self.arr(cb, &ops[k], &gk, &in_sh)?;
+            inputs.push(self.out.mask_padding(cb, x, &in_sh, gk.dims(), init));
+            inits.push(init);
+        }
+        let g = src.instr(ins.operands[0]).shape.clone();
+        let local = in_sh.local_dims(&self.out.mesh, g.dims());
+        let kept: Vec<usize> = (0..g.rank()).filter(|d| !rdims.contains(d)).collect();
+        let kept_dims: Vec<i64> = kept.iter().map(|&d| local[d]).collect();
+        let types: Vec<tpusim_hlo::PrimitiveType> = leaves_of(&ins.shape)
+            .iter()
+            .map(|l| {
+                l.as_array()
+                    .map_or(tpusim_hlo::PrimitiveType::F32, |a| a.ty)
+            })
+            .collect();
+        let tuple_of = |dims: &[i64]| {
+            Shape::Tuple(
+                types
+                    .iter()
+                    .map(|&t| Shape::array(t, dims.to_vec()))
+                    .collect(),
+            )
+        };
+        let operands = inputs.iter().chain(&inits).copied().collect();
+        let partials = self.copy_as(cb, ins, tuple_of(&kept_dims), operands, ins.attrs.clone());
+        let minor = kept_dims.len();
+        let mut with_one = kept_dims.clone();
+        with_one.push(1);
+        let mut gathered = Vec::with_capacity(n);
+        for (k, &ty) in types.iter().enumerate() {
+            let part = self.out.emit(
+                cb,
+                "get-tuple-element",
+                Opcode::GetTupleElement,
+                Shape::array(ty, kept_dims.clone()),
+                vec![partials],
+                vec![attr("index", AttrValue::Int(k as i64))],
+            );
+            let column = self.out.emit(
+                cb,
+                "reshape",
+                Opcode::Reshape,
+                Shape::array(ty, with_one.clone()),
+                vec![part],
+                vec![],
+            );
+            gathered.push(self.out.all_gather(cb, column, minor, tiled));
+        }
+        let mut attrs = ins.attrs.clone();
+        set_attr(
+            &mut attrs,
+            "dimensions",
+            AttrValue::Ints(vec![minor as i64]),
+        );
+        let operands = gathered.iter().chain(&inits).copied().collect();
+        let id = self.copy_as(cb, ins, tuple_of(&kept_dims), operands, attrs);
+        let mut out = Sh::replicated(kept.len());
+        for (k, &d) in kept.iter().enumerate() {
+            out.dims[k] = in_sh.dims[d].clone();
+        }
+        Ok(Val {
+            id,
+            sh: vec![out; n],
+        })
     }
 
     /// Whether repeating `init` across partial reductions leaves the result
