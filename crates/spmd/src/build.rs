@@ -545,6 +545,183 @@ impl Out {
         (rel, outside)
     }
 
+    /// `x[start:limit]` along dim `dim` (every other dim whole).
+    fn slice_dim(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        dim: usize,
+        start: i64,
+        limit: i64,
+    ) -> InstrId {
+        let dims = self.dims(x);
+        let sl = dims
+            .iter()
+            .enumerate()
+            .map(|(d, &n)| {
+                let (start, limit) = if d == dim { (start, limit) } else { (0, n) };
+                SliceDim {
+                    start,
+                    limit,
+                    stride: 1,
+                }
+            })
+            .collect();
+        let mut out = dims;
+        out[dim] = limit - start;
+        let shape = Shape::array(self.ty(x), out);
+        self.emit(
+            cb,
+            "slice",
+            Opcode::Slice,
+            shape,
+            vec![x],
+            vec![attr("slice", AttrValue::Slice(sl))],
+        )
+    }
+
+    /// Sends `x` one step along `axes` (to the next device when `forward`,
+    /// else to the previous); the devices at the end receive zeros.
+    fn shift(&mut self, cb: &mut CompB, x: InstrId, axes: &[Axis], forward: bool) -> InstrId {
+        let pairs: Vec<Vec<i64>> = self
+            .mesh
+            .groups(axes)
+            .iter()
+            .flat_map(|g| {
+                g.windows(2)
+                    .map(|w| {
+                        if forward {
+                            vec![w[0], w[1]]
+                        } else {
+                            vec![w[1], w[0]]
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let ch = self.next_channel;
+        self.next_channel += 1;
+        let shape = self.shape(x).clone();
+        self.emit(
+            cb,
+            "collective-permute",
+            Opcode::CollectivePermute,
+            shape,
+            vec![x],
+            vec![
+                attr("channel_id", AttrValue::Int(ch)),
+                attr("source_target_pairs", AttrValue::IntLists(pairs)),
+            ],
+        )
+    }
+
+    /// The local value `x`, tiled along `dim` by `axes`, with a halo of the
+    /// neighbours' rows: `low` rows of the previous device before it and
+    /// `high` rows of the next after it (zeros past the ends), as XLA
+    /// exchanges halos for windowed ops: one collective-permute each way.
+    pub fn with_halo(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        dim: usize,
+        axes: &[Axis],
+        (low, high): (i64, i64),
+    ) -> InstrId {
+        let dims = self.dims(x);
+        let rows = dims[dim];
+        let mut parts = Vec::with_capacity(3);
+        if low > 0 {
+            let tail = self.slice_dim(cb, x, dim, rows - low, rows);
+            parts.push(self.shift(cb, tail, axes, true));
+        }
+        parts.push(x);
+        if high > 0 {
+            let head = self.slice_dim(cb, x, dim, 0, high);
+            parts.push(self.shift(cb, head, axes, false));
+        }
+        if parts.len() == 1 {
+            return x;
+        }
+        let mut out = dims;
+        out[dim] = rows + low + high;
+        let shape = Shape::array(self.ty(x), out);
+        self.emit(
+            cb,
+            "concatenate",
+            Opcode::Concatenate,
+            shape,
+            parts,
+            vec![attr("dimensions", AttrValue::Ints(vec![dim as i64]))],
+        )
+    }
+
+    /// Replaces the rows of `x` (a local value with a halo of `low` rows along
+    /// `dim`, tiled by `axes` with `rows` rows a device) that lie outside the
+    /// global `0..global` by the scalar `fill` (a window's padding value).
+    pub fn fill_outside(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        (dim, axes): (usize, &[Axis]),
+        (rows, low, global): (i64, i64, i64),
+        fill: InstrId,
+    ) -> InstrId {
+        let dims = self.dims(x);
+        let first: Vec<i64> = (0..self.mesh.n)
+            .map(|dev| i64::from(self.mesh.index(dev, axes)) * rows - low)
+            .collect();
+        let s32 = Shape::array(PrimitiveType::S32, dims.clone());
+        let pred = Shape::array(PrimitiveType::Pred, dims.clone());
+        let iota = self.emit(
+            cb,
+            "iota",
+            Opcode::Iota,
+            s32.clone(),
+            vec![],
+            vec![attr("iota_dimension", AttrValue::Int(dim as i64))],
+        );
+        let off = self.per_device(cb, first);
+        let offb = self.splat(cb, off, PrimitiveType::S32, &dims);
+        let pos = self.emit(cb, "add", Opcode::Add, s32, vec![iota, offb], vec![]);
+        let zero = self.s32_splat(cb, 0, &dims);
+        let end = self.s32_splat(cb, global, &dims);
+        let direction = |d: &str| vec![attr("direction", AttrValue::Ident(d.into()))];
+        let after_start = self.emit(
+            cb,
+            "compare",
+            Opcode::Compare,
+            pred.clone(),
+            vec![pos, zero],
+            direction("GE"),
+        );
+        let before_end = self.emit(
+            cb,
+            "compare",
+            Opcode::Compare,
+            pred.clone(),
+            vec![pos, end],
+            direction("LT"),
+        );
+        let inside = self.emit(
+            cb,
+            "and",
+            Opcode::And,
+            pred,
+            vec![after_start, before_end],
+            vec![],
+        );
+        let ty = self.ty(x);
+        let fills = self.splat(cb, fill, ty, &dims);
+        self.emit(
+            cb,
+            "select",
+            Opcode::Select,
+            Shape::array(ty, dims),
+            vec![inside, x, fills],
+            vec![],
+        )
+    }
+
     /// `s32` indices `starts` minus this device's first row, `first[device]`.
     pub fn shard_relative(&mut self, cb: &mut CompB, starts: InstrId, first: Vec<i64>) -> InstrId {
         let dims = self.dims(starts);

@@ -707,8 +707,13 @@ impl<'m> Partitioner<'m> {
                 }
                 Ok(Val { id, sh })
             }
-            Slice | Pad | Reverse | Sort | DynamicSlice | DynamicUpdateSlice | Concatenate
-            | ReduceWindow => self.dim_constrained(cb, ins, ops),
+            ReduceWindow => match self.reduce_window_halo(cb, ins, ops) {
+                Some(v) => v,
+                None => self.dim_constrained(cb, ins, ops),
+            },
+            Slice | Pad | Reverse | Sort | DynamicSlice | DynamicUpdateSlice | Concatenate => {
+                self.dim_constrained(cb, ins, ops)
+            }
             Gather => self.gather(cb, ins, ops),
             Scatter => self.scatter(cb, ins, ops),
             While => self.while_loop(cb, i, ins, ops),
@@ -1517,28 +1522,154 @@ impl<'m> Partitioner<'m> {
         let ib = dl.input_batch as usize;
         let mut ls = Sh::replicated(lg.rank());
         ls.dims[ib] = ops[0].sh[0].dims.get(ib).cloned().unwrap_or_default();
+        let mut window = match ins.attr("window") {
+            Some(AttrValue::Window(w)) => Some(w.clone()),
+            _ => None,
+        };
+        // Spatial dims the input tiles keep their tiling: each device gets
+        // its neighbours' edge rows (a halo) instead of the whole dim.
+        let halos = window.as_ref().map_or_else(Vec::new, |w| {
+            self.halo_dims(&lg, &ops[0].sh[0], &dl.input_spatial, w, &ls.used())
+        });
+        for h in &halos {
+            ls.dims[h.dim] = h.axes.clone();
+        }
         // The kernel's output features keep their tiling where its axes are free
         // (and there is no feature grouping to keep aligned).
         let mut rs = Sh::replicated(rg.rank());
         let kof = dl.kernel_output_feature as usize;
         if ins.attr_int("feature_group_count").unwrap_or(1) == 1 {
+            let used = ls.used();
             rs.dims[kof] = ops[1].sh[0]
                 .dims
                 .get(kof)
                 .map(|axes| {
                     axes.iter()
-                        .take_while(|a| !ls.dims[ib].contains(a))
+                        .take_while(|a| !used.contains(a))
                         .copied()
                         .collect()
                 })
                 .unwrap_or_default();
         }
-        let x = self.arr(cb, &ops[0], &lg, &ls)?;
+        let mut x = self.arr(cb, &ops[0], &lg, &ls)?;
+        for h in &halos {
+            x = self.out.with_halo(cb, x, h.dim, &h.axes, (h.low, h.high));
+        }
         let y = self.arr(cb, &ops[1], &rg, &rs)?;
         let mut out = Sh::replicated(ins.shape.rank());
         out.dims[dl.output_batch as usize] = ls.dims[ib].clone();
         out.dims[dl.output_feature as usize] = rs.dims[kof].clone();
-        self.local_op(cb, ins, vec![x, y], out, ins.attrs.clone())
+        let mut attrs = ins.attrs.clone();
+        if let (Some(w), false) = (window.as_mut(), halos.is_empty()) {
+            for h in &halos {
+                w.dims[h.window].padding_low = 0;
+                w.dims[h.window].padding_high = 0;
+                out.dims[dl.output_spatial[h.window] as usize] = h.axes.clone();
+            }
+            set_attr(&mut attrs, "window", AttrValue::Window(w.clone()));
+        }
+        self.local_op(cb, ins, vec![x, y], out, attrs)
+    }
+
+    /// A reduce-window (pooling) over dims its input tiles, partitioned with
+    /// halo exchanges as XLA does: the rows past either end of the array are
+    /// the init value, as the window's padding is. `None` when no tiled dim
+    /// qualifies (the op is then computed with those dims whole).
+    fn reduce_window_halo(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Option<Result<Val, SpmdError>> {
+        let Some(AttrValue::Window(w)) = ins.attr("window") else {
+            return None;
+        };
+        if ops.len() != 2 || ops[0].sh.len() != 1 {
+            return None;
+        }
+        let g = self.src.instr(ins.operands[0]).shape.clone();
+        let sh = ops[0].sh[0].without_partial();
+        let all: Vec<i64> = (0..g.rank() as i64).collect();
+        let halos = self.halo_dims(&g, &sh, &all, w, &[]);
+        if halos.is_empty() {
+            return None;
+        }
+        let mut target = sh;
+        for (d, wd) in w.dims.iter().enumerate() {
+            let trivial = wd.size == 1
+                && wd.stride == 1
+                && wd.padding_low == 0
+                && wd.padding_high == 0
+                && wd.base_dilation == 1
+                && wd.window_dilation == 1;
+            if !trivial && !halos.iter().any(|h| h.dim == d) {
+                target.dims[d].clear();
+            }
+        }
+        let mut window = w.clone();
+        Some((|| {
+            let mut x = self.arr(cb, &ops[0], &g, &target)?;
+            let init_shape = &self.src.instr(ins.operands[1]).shape;
+            let init = self.arr(cb, &ops[1], init_shape, &Sh::replicated(0))?;
+            for h in &halos {
+                let rows = g.dims()[h.dim] / i64::from(self.out.mesh.count(&h.axes));
+                x = self.out.with_halo(cb, x, h.dim, &h.axes, (h.low, h.high));
+                let at = (h.dim, &h.axes[..]);
+                x = self
+                    .out
+                    .fill_outside(cb, x, at, (rows, h.low, g.dims()[h.dim]), init);
+                window.dims[h.window].padding_low = 0;
+                window.dims[h.window].padding_high = 0;
+            }
+            let mut attrs = ins.attrs.clone();
+            set_attr(&mut attrs, "window", AttrValue::Window(window));
+            self.local_op(cb, ins, vec![x, init], target, attrs)
+        })())
+    }
+
+    /// The spatial dims of a windowed op's input (`spatial[i]` is window dim
+    /// `i`) that stay tiled with a halo exchange: tiled evenly by axes not in
+    /// `used`, a unit-stride undilated window whose padding keeps the size
+    /// (low + high = size - 1), and halos no wider than a device's rows.
+    fn halo_dims(
+        &self,
+        g: &Shape,
+        sh: &Sh,
+        spatial: &[i64],
+        w: &tpusim_hlo::attr::Window,
+        used: &[Axis],
+    ) -> Vec<Halo> {
+        let mut taken: Vec<Axis> = used.to_vec();
+        let mut out = Vec::new();
+        for (i, (&d, wd)) in spatial.iter().zip(&w.dims).enumerate() {
+            let d = d as usize;
+            let Some(axes) = sh.dims.get(d).filter(|a| !a.is_empty()) else {
+                continue;
+            };
+            let parts = i64::from(self.out.mesh.count(axes));
+            let rows = g.dims().get(d).map_or(0, |&n| n / parts);
+            let fits = wd.stride == 1
+                && wd.base_dilation == 1
+                && wd.window_dilation == 1
+                && !wd.reversal
+                && wd.padding_low >= 0
+                && wd.padding_high >= 0
+                && wd.padding_low + wd.padding_high == wd.size - 1
+                && g.dims()[d] % parts == 0
+                && rows >= wd.padding_low.max(wd.padding_high)
+                && axes.iter().all(|a| !taken.contains(a));
+            if fits {
+                taken.extend(axes);
+                out.push(Halo {
+                    dim: d,
+                    window: i,
+                    axes: axes.clone(),
+                    low: wd.padding_low,
+                    high: wd.padding_high,
+                });
+            }
+        }
+        out
     }
 
     fn while_loop(
@@ -1720,6 +1851,19 @@ impl<'m> Partitioner<'m> {
 }
 
 /// A dot's dimension numbers and the free (non-batch, non-contracting) dims.
+/// A spatial dim of a windowed op kept tiled with a halo exchange.
+struct Halo {
+    /// The operand's dim.
+    dim: usize,
+    /// Its window dim.
+    window: usize,
+    axes: Vec<Axis>,
+    /// Rows of padding before and after it: the halo taken from the previous
+    /// and the next device.
+    low: i64,
+    high: i64,
+}
+
 struct DotDims<'a> {
     lb: &'a [usize],
     rb: &'a [usize],
