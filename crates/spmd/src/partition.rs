@@ -739,10 +739,20 @@ impl<'m> Partitioner<'m> {
             Conditional => self.conditional(cb, ins, ops),
             CustomCall => self.custom_call(cb, ins, ops),
             Convolution => self.convolution(cb, ins, ops),
-            Map | Fft | Cholesky | TriangularSolve | SelectAndScatter | Rng
-            | RngBitGenerator | BatchNormInference | BatchNormTraining | BatchNormGrad | TopK
-            | Copy | ReducePrecision | BitcastConvert | AddDependency
-            | Domain => self.replicated_fallback(cb, ins, ops),
+            Copy | ReducePrecision | Map if !ins.shape.is_tuple() => self.elementwise(cb, ins, ops),
+            BitcastConvert if ins.shape.rank() == op_shape(0).rank() => {
+                self.elementwise(cb, ins, ops)
+            }
+            // Ops over their minor dims with no partitioning rule in XLA:
+            // computed whole, the result sliced to the batch tiling that
+            // propagation gives it (XLA's default action).
+            TopK => self.whole_then_batch_tiled(cb, ins, ops, 1),
+            Cholesky | TriangularSolve => self.whole_then_batch_tiled(cb, ins, ops, 2),
+            Copy | ReducePrecision | Map | Fft | SelectAndScatter | Rng | RngBitGenerator
+            | BatchNormInference | BatchNormTraining | BatchNormGrad | BitcastConvert
+            | AddDependency | Domain => {
+                self.replicated_fallback(cb, ins, ops)
+            }
             AllReduce | AllGather | ReduceScatter | AllToAll | CollectivePermute
             | CollectiveBroadcast
                 if !self.manual.is_empty() =>
@@ -793,6 +803,36 @@ impl<'m> Partitioner<'m> {
         let shape = self.local_shape(&ins.shape, &sh);
         let id = self.copy_as(cb, ins, shape, operands, attrs);
         Ok(Val { id, sh })
+    }
+
+    /// An op over the last `core` dims of its operand, batched over the
+    /// others, as XLA partitions an op it has no rule for: every operand
+    /// gathered whole, the op computed whole, each result sliced to the first
+    /// operand's tiling of the batch dims (the sharding propagation gives it).
+    fn whole_then_batch_tiled(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+        core: usize,
+    ) -> Result<Val, SpmdError> {
+        let rank = self.src.instr(ins.operands[0]).shape.rank();
+        let lead: Vec<Vec<Axis>> = match ops.first().and_then(|o| o.sh.first()) {
+            Some(sh) if rank >= core && sh.rank() == rank => sh.dims[..rank - core].to_vec(),
+            _ => return self.replicated_fallback(cb, ins, ops),
+        };
+        let whole = self.replicated_fallback(cb, ins, ops)?;
+        let to: Vec<Sh> = leaves_of(&ins.shape)
+            .iter()
+            .map(|l| {
+                let mut sh = Sh::replicated(l.rank());
+                if l.rank() == rank {
+                    sh.dims[..lead.len()].clone_from_slice(&lead);
+                }
+                sh
+            })
+            .collect();
+        self.reshard_val(cb, &whole, &ins.shape, &to)
     }
 
     /// Every operand replicated, the op computed whole on every device.

@@ -239,3 +239,21 @@ ENTRY e {
     );
     assert_eq!(shapes_of(&m, Opcode::AllReduce), vec![vec![4, 4]]);
 }
+
+#[test]
+fn copies_and_precision_changes_keep_their_operands_tiling() {
+    // Elementwise in XLA's partitioner: computed on the device's rows, no gather.
+    let m = partitioned(
+        r#"HloModule copies, num_partitions=4
+ENTRY e {
+  p0 = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  c = f32[8,16] copy(p0)
+  r = f32[8,16] reduce-precision(c), exponent_bits=8, mantissa_bits=7
+  ROOT b = s32[8,16] bitcast-convert(r)
+}
+"#,
+    );
+    assert!(shapes_of(&m, Opcode::AllGather).is_empty());
+    assert_eq!(shapes_of(&m, Opcode::Copy), vec![vec![2, 16]]);
+    assert_eq!(shapes_of(&m, Opcode::BitcastConvert), vec![vec![2, 16]]);
+}
