@@ -73,7 +73,26 @@ fn has_side_effects(op: Opcode) -> bool {
 
 /// Removes unused instructions without side effects from the control
 /// computations (they stay in the arena, unlisted); returns how many.
+/// Collectives are kept: see [`remove_dead_code_and_collectives`].
 pub fn remove_dead_code(m: &mut Module) -> usize {
+    remove_dead(m, has_side_effects)
+}
+
+/// [`remove_dead_code`] that also removes unused synchronous collectives, as
+/// XLA's DCE does in an SPMD program, where every device drops the same ones
+/// (a partitioner's reshards that a later choice made unused).
+pub fn remove_dead_code_and_collectives(m: &mut Module) -> usize {
+    use Opcode::*;
+    remove_dead(m, |op| {
+        has_side_effects(op)
+            && !matches!(
+                op,
+                AllGather | AllReduce | ReduceScatter | AllToAll | CollectivePermute
+            )
+    })
+}
+
+fn remove_dead(m: &mut Module, keep: impl Fn(Opcode) -> bool) -> usize {
     let mut removed = 0;
     for c in control_computations(m) {
         let comp = m.comp(c);
@@ -83,7 +102,7 @@ pub fn remove_dead_code(m: &mut Module) -> usize {
             comp.instrs
                 .iter()
                 .copied()
-                .filter(|&i| has_side_effects(m.instr(i).opcode)),
+                .filter(|&i| keep(m.instr(i).opcode)),
         );
         while let Some(i) = stack.pop() {
             if live.insert(i) {

@@ -581,19 +581,30 @@ impl Out {
     }
 
     /// Sends `x` one step along `axes` (to the next device when `forward`,
-    /// else to the previous); the devices at the end receive zeros.
-    fn shift(&mut self, cb: &mut CompB, x: InstrId, axes: &[Axis], forward: bool) -> InstrId {
+    /// else to the previous); the devices at the end receive zeros, or, when
+    /// `cyclic`, the value of the device at the other end.
+    fn shift(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        axes: &[Axis],
+        forward: bool,
+        cyclic: bool,
+    ) -> InstrId {
         let pairs: Vec<Vec<i64>> = self
             .mesh
             .groups(axes)
             .iter()
             .flat_map(|g| {
-                g.windows(2)
-                    .map(|w| {
+                let n = g.len();
+                let steps = if cyclic { n } else { n.saturating_sub(1) };
+                (0..steps)
+                    .map(|j| {
+                        let (a, b) = (g[j], g[(j + 1) % n]);
                         if forward {
-                            vec![w[0], w[1]]
+                            vec![a, b]
                         } else {
-                            vec![w[1], w[0]]
+                            vec![b, a]
                         }
                     })
                     .collect::<Vec<_>>()
@@ -632,12 +643,12 @@ impl Out {
         let mut parts = Vec::with_capacity(3);
         if low > 0 {
             let tail = self.slice_dim(cb, x, dim, rows - low, rows);
-            parts.push(self.shift(cb, tail, axes, true));
+            parts.push(self.shift(cb, tail, axes, true, false));
         }
         parts.push(x);
         if high > 0 {
             let head = self.slice_dim(cb, x, dim, 0, high);
-            parts.push(self.shift(cb, head, axes, false));
+            parts.push(self.shift(cb, head, axes, false, false));
         }
         if parts.len() == 1 {
             return x;
@@ -645,6 +656,52 @@ impl Out {
         let mut out = dims;
         out[dim] = rows + low + high;
         let shape = Shape::array(self.ty(x), out);
+        self.emit(
+            cb,
+            "concatenate",
+            Opcode::Concatenate,
+            shape,
+            parts,
+            vec![attr("dimensions", AttrValue::Ints(vec![dim as i64]))],
+        )
+    }
+
+    /// The local value `x`, tiled along `dim` by `axes`, rotated by `by` rows
+    /// of the whole array (`by` > 0: row i takes row i + by, as
+    /// `concatenate(x[by:], x[:by])`; `by` < 0: row i takes row i - |by|), no
+    /// more than a device's rows: the rows that cross a device boundary go
+    /// to the neighbour with one cyclic collective-permute, as XLA rotates.
+    pub fn rotate(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        dim: usize,
+        axes: &[Axis],
+        by: i64,
+    ) -> InstrId {
+        let dims = self.dims(x);
+        let rows = dims[dim];
+        let k = by.abs();
+        let (moved, kept, forward) = if by > 0 {
+            (
+                self.slice_dim(cb, x, dim, 0, k),
+                self.slice_dim(cb, x, dim, k, rows),
+                false,
+            )
+        } else {
+            (
+                self.slice_dim(cb, x, dim, rows - k, rows),
+                self.slice_dim(cb, x, dim, 0, rows - k),
+                true,
+            )
+        };
+        let got = self.shift(cb, moved, axes, forward, true);
+        let parts = if by > 0 {
+            vec![kept, got]
+        } else {
+            vec![got, kept]
+        };
+        let shape = self.shape(x).clone();
         self.emit(
             cb,
             "concatenate",

@@ -258,7 +258,7 @@ pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, 
     finish_module(&mut out, module.entry, new_entry, &root_sh, &mesh, n)?;
     // Values resharded by redoing their producer leave the original unused,
     // as XLA's partitioner runs DCE on its result.
-    tpusim_hlo::passes::remove_dead_code(&mut out);
+    tpusim_hlo::passes::remove_dead_code_and_collectives(&mut out);
     let text = tpusim_hlo::print_module(&out);
     let parsed = tpusim_hlo::parse_module(&text).map_err(|e| {
         SpmdError::Internal(format!(

@@ -547,7 +547,13 @@ impl<'m> Partitioner<'m> {
                             })
                         })
                         .collect::<Result<_, _>>()?;
-                    let v = self.instruction(cb, i, &ops)?;
+                    let v = match self.rotation(ins, &vals) {
+                        Some((x, dim, axes, by)) => {
+                            let id = self.out.rotate(cb, x.id, dim, &axes, by);
+                            Val { id, sh: x.sh }
+                        }
+                        None => self.instruction(cb, i, &ops)?,
+                    };
                     self.note_expandable(i, &v, &ops);
                     self.note_loop_result(i, &v, &ops);
                     // Custom calls read their own sharding (a `{manual}` one marks a
@@ -566,6 +572,54 @@ impl<'m> Partitioner<'m> {
         }
         vals.remove(&comp.root)
             .ok_or_else(|| SpmdError::Internal("no root".into()))
+    }
+
+    /// A `concatenate(slice(x, [s:n]), slice(x, [0:s]))` along a dim that
+    /// `x` tiles evenly (`jnp.roll`, a label shift): `x`'s partitioned value,
+    /// the dim, its axes and the rotation (`s`, or `s - n` when that is the
+    /// shorter way), when no more than a device's rows cross a boundary.
+    fn rotation(
+        &self,
+        ins: &Instruction,
+        vals: &FxHashMap<InstrId, Val>,
+    ) -> Option<(Val, usize, Vec<Axis>, i64)> {
+        if ins.opcode != Opcode::Concatenate || ins.operands.len() != 2 {
+            return None;
+        }
+        let dim = usize::try_from(*ins.attr_ints("dimensions")?.first()?).ok()?;
+        let (a, b) = (
+            self.src.instr(ins.operands[0]),
+            self.src.instr(ins.operands[1]),
+        );
+        if a.opcode != Opcode::Slice || b.opcode != Opcode::Slice || a.operands != b.operands {
+            return None;
+        }
+        let x = *a.operands.first()?;
+        let dims = self.src.instr(x).shape.dims().to_vec();
+        let n = *dims.get(dim)?;
+        let range = |s: &Instruction| -> Option<(i64, i64)> {
+            let Some(AttrValue::Slice(sl)) = s.attr("slice") else {
+                return None;
+            };
+            let whole_elsewhere = sl
+                .iter()
+                .enumerate()
+                .all(|(d, r)| r.stride == 1 && (d == dim || (r.start == 0 && r.limit == dims[d])));
+            whole_elsewhere.then(|| (sl[dim].start, sl[dim].limit))
+        };
+        let ((s, end), (zero, s2)) = (range(a)?, range(b)?);
+        if end != n || zero != 0 || s2 != s || s <= 0 || s >= n {
+            return None;
+        }
+        let v = vals.get(&x)?;
+        let sh =
+            v.sh.first()
+                .filter(|sh| v.sh.len() == 1 && sh.partial.is_empty())?;
+        let axes = sh.dims.get(dim).filter(|a| !a.is_empty())?.clone();
+        let parts = i64::from(self.out.mesh.count(&axes));
+        let rows = n / parts;
+        let by = if s <= n - s { s } else { s - n };
+        (n % parts == 0 && by.abs() <= rows).then(|| (v.clone(), dim, axes, by))
     }
 
     /// Records `v` (the partitioned `i`) in `expandable` when it is a
