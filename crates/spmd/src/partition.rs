@@ -1944,7 +1944,6 @@ impl<'m> Partitioner<'m> {
     }
 }
 
-/// A dot's dimension numbers and the free (non-batch, non-contracting) dims.
 /// A spatial dim of a windowed op kept tiled with a halo exchange.
 struct Halo {
     /// The operand's dim.
@@ -1958,6 +1957,7 @@ struct Halo {
     high: i64,
 }
 
+/// A dot's dimension numbers and the free (non-batch, non-contracting) dims.
 struct DotDims<'a> {
     lb: &'a [usize],
     rb: &'a [usize],
