@@ -270,9 +270,15 @@ impl Out {
         c
     }
 
-    fn collective_attrs(&mut self, axes: &[Axis]) -> Vec<Attr> {
+    /// A channel id no other collective of the module has.
+    pub fn fresh_channel(&mut self) -> i64 {
         let ch = self.next_channel;
         self.next_channel += 1;
+        ch
+    }
+
+    fn collective_attrs(&mut self, axes: &[Axis]) -> Vec<Attr> {
+        let ch = self.fresh_channel();
         vec![
             attr("channel_id", AttrValue::Int(ch)),
             attr(
@@ -610,8 +616,7 @@ impl Out {
                     .collect::<Vec<_>>()
             })
             .collect();
-        let ch = self.next_channel;
-        self.next_channel += 1;
+        let ch = self.fresh_channel();
         let shape = self.shape(x).clone();
         self.emit(
             cb,

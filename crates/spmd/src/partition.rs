@@ -785,9 +785,13 @@ impl<'m> Partitioner<'m> {
                 self.depth -= 1;
                 let v = v?;
                 let root = src.instr(src.comp(callee).root);
+                // A custom-call root applied its own sharding (a `Sharding`
+                // constraint inside a manual region reads its Shardy form).
                 match self.annotation(root)? {
-                    Some(to) => self.reshard_val(cb, &v, &ins.shape, &to),
-                    None => Ok(v),
+                    Some(to) if root.opcode != Opcode::CustomCall => {
+                        self.reshard_val(cb, &v, &ins.shape, &to)
+                    }
+                    _ => Ok(v),
                 }
             }
             Conditional => self.conditional(cb, ins, ops),
@@ -806,6 +810,20 @@ impl<'m> Partitioner<'m> {
             | BatchNormInference | BatchNormTraining | BatchNormGrad | BitcastConvert
             | AddDependency | Domain => {
                 self.replicated_fallback(cb, ins, ops)
+            }
+            AllReduce | CollectivePermute
+                if !self.manual.is_empty() && ops.len() == 1 && ops[0].sh.len() == 1 =>
+            {
+                // Over manual axes only: each device exchanges its own tile
+                // of the free axes with its manual peers (same free index).
+                let sh = ops[0].sh[0].without_partial();
+                let x = self.arr(cb, &ops[0], op_shape(0), &sh)?;
+                let mut attrs = ins.attrs.clone();
+                if ins.attr("channel_id").is_some() {
+                    let ch = self.out.fresh_channel();
+                    set_attr(&mut attrs, "channel_id", AttrValue::Int(ch));
+                }
+                self.local_op(cb, ins, vec![x], sh, attrs)
             }
             AllReduce | AllGather | ReduceScatter | AllToAll | CollectivePermute
             | CollectiveBroadcast
@@ -909,7 +927,16 @@ impl<'m> Partitioner<'m> {
             .iter()
             .map(|l| Sh::replicated(l.rank()))
             .collect();
-        let id = self.copy_as(cb, ins, ins.shape.clone(), ids, ins.attrs.clone());
+        let mut attrs = ins.attrs.clone();
+        if ins.opcode.category() == tpusim_hlo::OpCategory::Collective
+            && ins.attr("channel_id").is_some()
+        {
+            // A program's own collective (in a shard_map body) gets a channel
+            // of its own among those the partitioner adds.
+            let ch = self.out.fresh_channel();
+            set_attr(&mut attrs, "channel_id", AttrValue::Int(ch));
+        }
+        let id = self.copy_as(cb, ins, ins.shape.clone(), ids, attrs);
         Ok(Val { id, sh })
     }
 
@@ -1900,6 +1927,17 @@ impl<'m> Partitioner<'m> {
             "Sharding" if matches!(ins.sharding(), Some(Sharding::Single(x)) if x.kind == tpusim_hlo::attr::ShardingKind::Manual) => {
                 Ok(ops[0].clone())
             }
+            "Sharding" if !self.manual.is_empty() && ops[0].sh.len() == 1 => {
+                let current = ops[0].sh[0].without_partial();
+                let to = match self.manual_constraint(ins, &current) {
+                    Some(to) => vec![to],
+                    None => self.annotation(ins)?.ok_or_else(|| {
+                        self.unsupported(ins, "Sharding custom-call without a sharding")
+                    })?,
+                };
+                let g = &self.src.instr(ins.operands[0]).shape;
+                self.reshard_val(cb, &ops[0], g, &to)
+            }
             "Sharding" => {
                 let to = self.annotation(ins)?.ok_or_else(|| {
                     self.unsupported(ins, "Sharding custom-call without a sharding")
@@ -2284,6 +2322,74 @@ impl Partitioner<'_> {
             .collect()
     }
 
+    /// The factor axes of the named mesh axes `names`.
+    fn factor_axes(&self, names: &[String]) -> Vec<Axis> {
+        names
+            .iter()
+            .filter_map(|n| self.out.mesh.named_axes(n, None))
+            .flatten()
+            .collect()
+    }
+
+    /// The free (not manual) axes of `current` that can keep tiling a value
+    /// entering a manual region as `manual` (its in_sharding): per dim, those
+    /// after the manual ones, not used elsewhere, dividing the dim evenly.
+    fn free_tiling(&self, current: &Sh, manual: &Sh, g: &Shape, manual_axes: &[Axis]) -> Sh {
+        let mut free = Sh::replicated(g.rank());
+        if current.rank() != g.rank() || manual.rank() != g.rank() {
+            return free;
+        }
+        let mut used: Vec<Axis> = manual.used();
+        used.extend(manual_axes);
+        for d in 0..g.rank() {
+            let axes: Vec<Axis> = current.dims[d]
+                .iter()
+                .copied()
+                .filter(|a| !used.contains(a))
+                .collect();
+            let mut all = manual.dims[d].clone();
+            all.extend(&axes);
+            if !axes.is_empty() && g.dims()[d] % i64::from(self.out.mesh.count(&all)) == 0 {
+                used.extend(&axes);
+                free.dims[d] = axes;
+            }
+        }
+        free
+    }
+
+    /// Inside a manual region, what a `Sharding` constraint asks with its
+    /// Shardy form: the free axes it names, an open dim (`?`) left as it is,
+    /// a closed empty dim whole. `None` without a Shardy form.
+    fn manual_constraint(&self, ins: &Instruction, current: &Sh) -> Option<Sh> {
+        let text = tpusim_hlo::sdy::frontend_attr(ins, "xla.sdy.sharding")?;
+        let body = &text[text.find('@')?..];
+        let dims_text = &body[body.find('[')? + 1..body.find(']')?];
+        let mut out = Sh::replicated(current.rank());
+        let mut d = 0;
+        let mut rest = dims_text;
+        while let Some(o) = rest.find('{') {
+            let c = rest[o..].find('}')? + o;
+            let inner: Vec<&str> = rest[o + 1..c].split(',').map(str::trim).collect();
+            let open = inner.contains(&"?");
+            let mut axes = Vec::new();
+            for a in inner.iter().filter(|a| !a.is_empty() && **a != "?") {
+                let name = a.trim_matches('\\').trim_matches('"');
+                axes.extend(self.out.mesh.named_axes(name, None)?);
+            }
+            if d >= out.rank() {
+                return None;
+            }
+            out.dims[d] = if axes.is_empty() && open {
+                current.dims[d].clone()
+            } else {
+                axes
+            };
+            d += 1;
+            rest = &rest[c + 1..];
+        }
+        (d == out.rank()).then_some(out)
+    }
+
     fn manual_axes(&self, ins: &Instruction) -> Result<Vec<String>, SpmdError> {
         let text = tpusim_hlo::sdy::frontend_attr(ins, "xla.sdy.manual_axes")
             .ok_or_else(|| self.unsupported(ins, "no xla.sdy.manual_axes"))?;
@@ -2342,16 +2448,29 @@ impl Partitioner<'_> {
         if shs.len() != ops.len() {
             return Err(self.unsupported(ins, "in_shardings do not match the operands"));
         }
+        let manual_factors = self.factor_axes(&manual);
         let mut ids = Vec::new();
+        let mut inside = Vec::new();
         for (k, (o, sh)) in ops.iter().zip(&shs).enumerate() {
             let g = &self.src.instr(ins.operands[k]).shape;
-            let x = self.arr(cb, o, g, sh)?;
-            self.check_local(ins, x, g, sh)?;
+            // The free axes tiling the operand keep tiling it inside the
+            // region (minor to the manual ones): a partially manual body is
+            // partitioned along them, as XLA partitions it.
+            let free =
+                o.sh.first()
+                    .map(|s| self.free_tiling(s, sh, g, &manual_factors))
+                    .unwrap_or_else(|| Sh::replicated(g.rank()));
+            let mut full = sh.clone();
+            for (d, axes) in free.dims.iter().enumerate() {
+                full.dims[d].extend(axes);
+            }
+            let x = self.arr(cb, o, g, &full)?;
+            self.check_local(ins, x, g, &full)?;
             ids.push(x);
+            inside.push(free);
         }
         self.manual.push(manual);
-        let leaves = leaves_of(&ins.shape);
-        let sh: Vec<Sh> = leaves.iter().map(|l| Sh::replicated(l.rank())).collect();
+        let sh = inside;
         if ins.shape.is_tuple() {
             let shape = Shape::Tuple(ids.iter().map(|&i| self.out.shape(i).clone()).collect());
             let id = self
@@ -2387,22 +2506,41 @@ impl Partitioner<'_> {
             return Err(self.unsupported(ins, "out_shardings do not match the operands"));
         }
         let mut ids = Vec::new();
+        let mut outside = Vec::new();
         for (k, (o, sh)) in ops.iter().zip(&shs).enumerate() {
             let g = &self.src.instr(ins.operands[k]).shape;
-            let x = self.arr(cb, o, g, &Sh::replicated(g.rank()))?;
-            self.check_local(ins, x, &leaves[k], sh)?;
+            // Free axes still tiling a result leave the region with it, minor
+            // to the manual ones (when the whole dim divides evenly).
+            let body =
+                o.sh.first()
+                    .map(Sh::without_partial)
+                    .unwrap_or_else(|| Sh::replicated(g.rank()));
+            let mut kept = Sh::replicated(g.rank());
+            let mut full = sh.clone();
+            for d in 0..g.rank().min(body.rank()) {
+                let mut axes = sh.dims[d].clone();
+                axes.extend(&body.dims[d]);
+                let whole = leaves[k].dims().get(d).copied().unwrap_or(0);
+                if whole % i64::from(self.out.mesh.count(&axes)) == 0 {
+                    kept.dims[d] = body.dims[d].clone();
+                    full.dims[d] = axes;
+                }
+            }
+            let x = self.arr(cb, o, g, &kept)?;
+            self.check_local(ins, x, &leaves[k], &full)?;
             ids.push(x);
+            outside.push(full);
         }
         if ins.shape.is_tuple() {
             let shape = Shape::Tuple(ids.iter().map(|&i| self.out.shape(i).clone()).collect());
             let id = self
                 .out
                 .emit(cb, "tuple", Opcode::Tuple, shape, ids, vec![]);
-            return Ok(Val { id, sh: shs });
+            return Ok(Val { id, sh: outside });
         }
         Ok(Val {
             id: ids[0],
-            sh: shs,
+            sh: outside,
         })
     }
 }

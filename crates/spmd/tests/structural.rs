@@ -148,3 +148,24 @@ fn survey_structure() {
         }
     }
 }
+
+#[test]
+fn every_collective_of_a_partitioned_case_has_its_own_channel() {
+    // The partitioner's collectives and a shard_map body's own ones share one
+    // numbering: a repeated channel id would pair unrelated collectives.
+    for dir in case_dirs("spmd_cases", false) {
+        let text = std::fs::read_to_string(dir.join("pre.hlo")).unwrap();
+        let pre = tpusim_hlo::parse_module(&text).unwrap();
+        let Ok(post) = partition(&pre, &PartitionOptions::default()) else {
+            continue;
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &post.comps {
+            for &i in &c.instrs {
+                if let Some(ch) = post.instr(i).attr_int("channel_id") {
+                    assert!(seen.insert(ch), "{}: channel_id {ch} twice", dir.display());
+                }
+            }
+        }
+    }
+}
