@@ -754,6 +754,16 @@ impl<'m> Partitioner<'m> {
                 let start: usize = elems.iter().take(idx).map(leaf_count).sum();
                 let n = leaf_count(&ins.shape);
                 let sh = ops[0].sh[start..start + n].to_vec();
+                // An element of a tuple built here is that value itself (XLA's
+                // simplifier folds get-tuple-element of tuple): a broadcast
+                // kept as a remat residual stays one that a later reshard
+                // redoes at its tiled shape, instead of a global-sized value.
+                let built = self.out.m.instr(ops[0].id);
+                if built.opcode == Opcode::Tuple {
+                    if let Some(&id) = built.operands.get(idx) {
+                        return Ok(Val { id, sh });
+                    }
+                }
                 let shape = self.local_shape(&ins.shape, &sh);
                 let id = self.copy_as(cb, ins, shape, vec![ops[0].id], clean_attrs(&ins.attrs));
                 if n == 1 && self.out.m.instr(ops[0].id).opcode == Opcode::Parameter {

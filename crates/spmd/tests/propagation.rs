@@ -257,3 +257,29 @@ ENTRY e {
     assert_eq!(shapes_of(&m, Opcode::Copy), vec![vec![2, 16]]);
     assert_eq!(shapes_of(&m, Opcode::BitcastConvert), vec![vec![2, 16]]);
 }
+
+#[test]
+fn a_broadcast_passed_through_a_tuple_is_redone_at_the_tiling_asked_of_it() {
+    // A remat residual: the mask broadcast leaves a call inside a tuple and is
+    // read back tiled. Folding get-tuple-element of the tuple lets the reshard
+    // redo the broadcast on the device's rows; no global-sized value remains.
+    let m = partitioned(
+        r#"HloModule residual, num_partitions=4
+ENTRY e {
+  p0 = f32[64,32] parameter(0), sharding={devices=[4,1]<=[4]}
+  m = pred[32] parameter(1), sharding={replicated}
+  b = pred[64,32] broadcast(m), dimensions={1}
+  t = (f32[64,32], pred[64,32]) tuple(p0, b)
+  x = f32[64,32] get-tuple-element(t), index=0
+  k = pred[64,32] get-tuple-element(t), index=1
+  z = f32[64,32] broadcast(f32[] constant(0)), dimensions={}
+  ROOT s = f32[64,32] select(k, x, z), sharding={devices=[4,1]<=[4]}
+}
+"#,
+    );
+    let broadcasts = shapes_of(&m, Opcode::Broadcast);
+    assert!(
+        broadcasts.iter().all(|s| s[0] == 16),
+        "every broadcast is made on the device's 16 rows: {broadcasts:?}"
+    );
+}
