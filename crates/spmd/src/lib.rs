@@ -234,7 +234,8 @@ pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, 
     // Round one propagates forward; what the ops after a loop ask of its
     // untiled results is carried into the loop in round two (XLA's backward
     // propagation through `while`: a scan's stacked gradients take the
-    // tiling the optimizer gives them).
+    // tiling the optimizer gives them), and what the ops after a scatter ask
+    // of its rows tiles them (an embedding's gradient takes the table's).
     let mut hints = Default::default();
     let (p, new_entry, root_sh) = loop {
         let mut p = Partitioner::new(module, Out::new(module, mesh.clone()));

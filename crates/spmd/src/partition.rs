@@ -50,14 +50,15 @@ pub struct Partitioner<'m> {
     expanded: FxHashMap<(InstrId, Sh, u64), Option<InstrId>>,
     /// Emitted `while`s: output id -> the source `while`.
     while_of: FxHashMap<InstrId, InstrId>,
-    /// Untiled values that are a loop's result leaf (its get-tuple-element,
-    /// or an elementwise op over one): output id -> (source `while`, leaf).
+    /// Untiled values whose tiling a second round may choose: a loop's result
+    /// leaf (its get-tuple-element) or a scatter's result, or an elementwise
+    /// op over one: output id -> (source `while` or `scatter`, leaf).
     loop_result: FxHashMap<InstrId, (InstrId, usize)>,
-    /// The first tiling some op after a loop asked of an untiled result leaf:
-    /// XLA's backward propagation carries that tiling into the loop.
+    /// The first tiling some later op asked of such a value: XLA's backward
+    /// propagation carries it into the loop, or into the scatter's rows.
     pub wanted_after_loop: FxHashMap<(InstrId, usize), Sh>,
-    /// Tilings for untiled loop-carried leaves, from an earlier round's
-    /// `wanted_after_loop`.
+    /// Tilings for untiled loop-carried leaves and scatter results, from an
+    /// earlier round's `wanted_after_loop`.
     pub loop_hints: FxHashMap<(InstrId, usize), Sh>,
     /// Checked before each instruction is partitioned.
     pub cancel: tpusim_hlo::Cancel,
@@ -659,6 +660,11 @@ impl<'m> Partitioner<'m> {
                     self.loop_result.insert(v.id, (w, start));
                 }
             }
+            // A scatter's result: the rows it updates may be tiled as the
+            // ops after it ask (a gradient into a zeros buffer).
+            Opcode::Scatter if v.sh.len() == 1 => {
+                self.loop_result.insert(v.id, (i, 0));
+            }
             op if (op.is_elementwise() && op != Opcode::Map) && v.sh.len() == 1 => {
                 let dims = ins.shape.dims();
                 let origin = ins.operands.iter().zip(ops).find_map(|(&o, val)| {
@@ -779,7 +785,7 @@ impl<'m> Partitioner<'m> {
                 self.dim_constrained(cb, ins, ops)
             }
             Gather => self.gather(cb, ins, ops),
-            Scatter => self.scatter(cb, ins, ops),
+            Scatter => self.scatter(cb, i, ops),
             While => self.while_loop(cb, i, ins, ops),
             Call => {
                 let callee = ins
@@ -2560,13 +2566,12 @@ impl Partitioner<'_> {
     /// gradient): every device scatters its updates into zeros, the partial
     /// results are all-reduced and added to the (replicated) operand, as XLA's
     /// index-parallel strategy does. Other scatters run replicated.
-    fn scatter(
-        &mut self,
-        cb: &mut CompB,
-        ins: &Instruction,
-        ops: &[Val],
-    ) -> Result<Val, SpmdError> {
+    fn scatter(&mut self, cb: &mut CompB, i: InstrId, ops: &[Val]) -> Result<Val, SpmdError> {
         let src = self.src;
+        let ins = src.instr(i);
+        // The tiling the ops after this scatter asked of its result in an
+        // earlier round (XLA propagates it backward into the scatter).
+        let hint = self.loop_hints.get(&(i, 0)).cloned();
         let is_add = ops.len() == 3
             && ins.attr_comp("to_apply").is_some_and(|c| {
                 let c = src.comp(c);
@@ -2590,9 +2595,9 @@ impl Partitioner<'_> {
             d.clear();
         }
         if has_batching && ops.len() == 3 {
-            return self.scatter_batched(cb, ins, ops, idx_sh, ivd, &window);
+            return self.scatter_batched(cb, ins, ops, idx_sh, ivd, &window, hint.as_ref());
         }
-        if let Some((d, axes)) = self.row_update(ins, &og, &ig, ops, &idx_sh) {
+        if let Some((d, axes)) = self.row_update(ins, &og, &ig, ops, &idx_sh, hint.as_ref()) {
             return self.scatter_into_rows(cb, ins, ops, idx_sh, (d, axes), is_add);
         }
         if !is_add || has_batching || idx_sh.used().is_empty() || og.as_array().is_none() {
@@ -2696,6 +2701,7 @@ impl Partitioner<'_> {
         ig: &Shape,
         ops: &[Val],
         idx_sh: &Sh,
+        hint: Option<&Sh>,
     ) -> Option<(usize, Vec<Axis>)> {
         let ints = |n: &str| ins.attr_ints(n).unwrap_or(&[]).to_vec();
         let [d] = ints("scatter_dims_to_operand_dims")[..] else {
@@ -2704,7 +2710,14 @@ impl Partitioner<'_> {
         let d = usize::try_from(d).ok()?;
         let ivd = usize::try_from(ins.attr_int("index_vector_dim")?).ok()?;
         let one_component = ivd == ig.rank() || ig.dims().get(ivd) == Some(&1);
-        let axes = ops.first()?.sh.first()?.dims.get(d)?.clone();
+        let mut axes = ops.first()?.sh.first()?.dims.get(d)?.clone();
+        if axes.is_empty() {
+            // Untiled rows take the tiling asked of the result.
+            axes = hint
+                .and_then(|h| h.dims.get(d))
+                .cloned()
+                .unwrap_or_default();
+        }
         let rows = *og.dims().get(d)?;
         let used = idx_sh.used();
         let fits = ops.len() == 3
@@ -2713,6 +2726,7 @@ impl Partitioner<'_> {
                 .as_array()
                 .is_some_and(|a| a.ty == tpusim_hlo::PrimitiveType::S32)
             && ints("inserted_window_dims").contains(&(d as i64))
+            && !ints("input_batching_dims").contains(&(d as i64))
             && !axes.is_empty()
             && axes.iter().all(|a| !used.contains(a))
             && rows % i64::from(self.out.mesh.count(&axes)) == 0;
@@ -2801,6 +2815,7 @@ impl Partitioner<'_> {
     /// Scatter with batching dims (the gradient of take_along_axis): operand
     /// and updates are tiled like the indices' batching dims, so every device
     /// scatters into its own slice, with no communication (as XLA does).
+    #[allow(clippy::too_many_arguments)]
     fn scatter_batched(
         &mut self,
         cb: &mut CompB,
@@ -2809,6 +2824,7 @@ impl Partitioner<'_> {
         mut idx_sh: Sh,
         ivd: usize,
         window: &[usize],
+        hint: Option<&Sh>,
     ) -> Result<Val, SpmdError> {
         let src = self.src;
         let og = src.instr(ins.operands[0]).shape.clone();
@@ -2840,8 +2856,24 @@ impl Partitioner<'_> {
         for (&u, &i) in scatter_dims.iter().zip(&batch_in) {
             upd_sh.dims[u] = idx_sh.dims[i].clone();
         }
+        // Rows tiled (or asked tiled) by other axes stay tiled
+        // (take_along_axis's gradient into vocab-tiled logits): each device
+        // applies the updates that land in its rows.
+        let rows = self
+            .row_update(ins, &og, &ig, ops, &idx_sh, hint)
+            .filter(|(_, axes)| axes.iter().all(|a| !op_sh.used().contains(a)));
+        if let Some((d, axes)) = &rows {
+            op_sh.dims[*d] = axes.clone();
+        }
         let x = self.arr(cb, &ops[0], &og, &op_sh)?;
-        let y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        let mut y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
+        if let Some((d, axes)) = &rows {
+            let local = op_sh.local_dims(&self.out.mesh, og.dims())[*d];
+            let first: Vec<i64> = (0..self.out.mesh.n)
+                .map(|dev| i64::from(self.out.mesh.index(dev, axes)) * local)
+                .collect();
+            y = self.out.shard_relative(cb, y, first);
+        }
         let z = self.arr(cb, &ops[2], &ug, &upd_sh)?;
         self.local_op(cb, ins, vec![x, y, z], op_sh, ins.attrs.clone())
     }
