@@ -944,15 +944,35 @@ impl Out {
                 want.extend(&p);
                 to.dims[d] == want && global[d] % i64::from(mesh.count(&want)) == 0
             });
-            match scatter_dim {
-                Some(d) => {
+            // Some of the partial axes tile a dim further (an FSDP weight's
+            // gradient, partial over data and fsdp, wanted tiled by fsdp):
+            // reduce-scatter over those, all-reduce the shard over the rest.
+            let split = (0..s.rank()).find_map(|d| {
+                let extra = to.dims[d].strip_prefix(&s.dims[d][..])?;
+                let fits = !extra.is_empty()
+                    && extra.iter().all(|a| p.contains(a))
+                    && global[d] % i64::from(mesh.count(&to.dims[d])) == 0;
+                fits.then(|| (d, extra.to_vec()))
+            });
+            match (scatter_dim, split) {
+                (Some(d), _) => {
                     cur = self.reduce_scatter(cb, cur, d, &p, from.reducer);
                     s.dims[d].extend(&p);
                 }
-                None if slice_before_reducing(&mesh, global, &s, &p, to) => {
+                (None, Some((d, scattered))) => {
+                    cur = self.reduce_scatter(cb, cur, d, &scattered, from.reducer);
+                    s.dims[d].extend(&scattered);
+                    let rest: Vec<Axis> = p
+                        .iter()
+                        .filter(|a| !scattered.contains(a))
+                        .copied()
+                        .collect();
+                    cur = self.all_reduce(cb, cur, &rest, from.reducer);
+                }
+                (None, None) if slice_before_reducing(&mesh, global, &s, &p, to) => {
                     reduce_last = Some((p, from.reducer));
                 }
-                None => cur = self.all_reduce(cb, cur, &p, from.reducer),
+                (None, None) => cur = self.all_reduce(cb, cur, &p, from.reducer),
             }
             s.reducer = None;
         }

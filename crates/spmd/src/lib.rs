@@ -223,6 +223,10 @@ fn check_axis_names(m: &Module, mesh: &[(String, u32)]) -> Result<(), SpmdError>
     Ok(())
 }
 
+/// Most partitioning rounds (see `partition`): the first and two that carry
+/// the tilings later ops asked for back into loops, scatters and dots.
+const MAX_ROUNDS: usize = 3;
+
 /// Partitions an unpartitioned sharded module into the per-device module for
 /// `options.num_devices` (or the module's own device count). The result is
 /// verified and carries the original parameter and result shardings.
@@ -236,23 +240,28 @@ pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, 
     // propagation through `while`: a scan's stacked gradients take the
     // tiling the optimizer gives them), and what the ops after a scatter ask
     // of its rows tiles them (an embedding's gradient takes the table's).
-    let mut hints = Default::default();
+    // A tiling taken in one round can ask a new one of a value before it (a
+    // loop's stacked gradient, once tiled, asks its update's partial sums
+    // for that tiling): a few rounds, each adding what the previous asked.
+    let mut hints: rustc_hash::FxHashMap<_, _> = Default::default();
+    let mut round = 0;
     let (p, new_entry, root_sh) = loop {
+        round += 1;
         let mut p = Partitioner::new(module, Out::new(module, mesh.clone()));
         p.cancel = options.cancel.clone();
-        p.loop_hints = std::mem::take(&mut hints);
+        p.loop_hints = hints.clone();
         let params = entry_shardings(&p, module)?;
         let (new_entry, root_sh) = p.computation(module.entry, &params, None)?;
         let fresh: Vec<_> = p
             .wanted_after_loop
-            .keys()
-            .filter(|k| !p.loop_hints.contains_key(k))
-            .copied()
+            .iter()
+            .filter(|(k, _)| !hints.contains_key(*k))
+            .map(|(k, v)| (*k, v.clone()))
             .collect();
-        if fresh.is_empty() || !p.loop_hints.is_empty() {
+        if fresh.is_empty() || round == MAX_ROUNDS {
             break (p, new_entry, root_sh);
         }
-        hints = std::mem::take(&mut p.wanted_after_loop);
+        hints.extend(fresh);
     };
     options.cancel.check()?;
     let mut out = p.out.m;

@@ -661,14 +661,19 @@ impl<'m> Partitioner<'m> {
                 }
             }
             // A scatter's result: the rows it updates may be tiled as the
-            // ops after it ask (a gradient into a zeros buffer).
+            // ops after it ask (a gradient into a zeros buffer); a dot's
+            // partial sums may be reduced into the tiling asked of them.
             Opcode::Scatter if v.sh.len() == 1 => {
+                self.loop_result.insert(v.id, (i, 0));
+            }
+            Opcode::Dot if v.sh.len() == 1 && !v.sh[0].partial.is_empty() => {
                 self.loop_result.insert(v.id, (i, 0));
             }
             op if (op.is_elementwise() && op != Opcode::Map) && v.sh.len() == 1 => {
                 let dims = ins.shape.dims();
                 let origin = ins.operands.iter().zip(ops).find_map(|(&o, val)| {
-                    (self.src.instr(o).shape.dims() == dims && val.sh == v.sh)
+                    let same = val.sh.len() == 1 && val.sh[0].without_partial() == v.sh[0];
+                    (self.src.instr(o).shape.dims() == dims && same)
                         .then(|| self.loop_result.get(&val.id).copied())
                         .flatten()
                 });
@@ -739,7 +744,20 @@ impl<'m> Partitioner<'m> {
                 })
             }
             Reshape | Bitcast => self.reshape(cb, ins, ops),
-            Dot => self.dot(cb, ins, ops),
+            Dot => {
+                let v = self.dot(cb, ins, ops)?;
+                // Partial sums whose (element-wise) users asked for a tiling
+                // in an earlier round are reduced straight into it (a
+                // weight gradient: reduce-scatter over the axes that tile
+                // it, all-reduce over the rest), as XLA's dot emits them
+                // for the sharding propagated back from the optimizer.
+                match self.loop_hints.get(&(i, 0)).cloned() {
+                    Some(hint) if v.sh.len() == 1 && !v.sh[0].partial.is_empty() => {
+                        self.reshard_val(cb, &v, &ins.shape, &[hint])
+                    }
+                    _ => Ok(v),
+                }
+            }
             Reduce => self.reduce(cb, ins, ops),
             Tuple => {
                 let id = self.copy_as(

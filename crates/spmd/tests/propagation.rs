@@ -283,3 +283,25 @@ ENTRY e {
         "every broadcast is made on the device's 16 rows: {broadcasts:?}"
     );
 }
+
+#[test]
+fn partial_sums_are_reduced_into_the_tiling_their_elementwise_users_get() {
+    // A weight gradient: the dot's partial sums (over both axes) pass an
+    // element-wise op and are then asked tiled by the major axis. XLA's dot
+    // emits them that way (propagated back): reduce-scatter over the major
+    // axis, all-reduce the shard over the minor, the negate on the shard.
+    let m = partitioned(
+        r#"HloModule grad, num_partitions=4
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  w = f32[16,8] parameter(1), sharding={devices=[4,1]<=[4]}
+  d = f32[8,8] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  n = f32[8,8] negate(d)
+  ROOT r = f32[8,8] custom-call(n), custom_call_target="Sharding", sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+}
+"#,
+    );
+    assert_eq!(shapes_of(&m, Opcode::ReduceScatter), vec![vec![4, 8]]);
+    assert_eq!(shapes_of(&m, Opcode::AllReduce), vec![vec![4, 8]]);
+    assert_eq!(shapes_of(&m, Opcode::Negate), vec![vec![4, 8]]);
+}
