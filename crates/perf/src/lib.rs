@@ -33,6 +33,7 @@ mod attention;
 mod comm;
 pub mod memory;
 mod op;
+mod pipelining;
 pub mod schedule;
 pub mod tensorcore;
 
@@ -225,6 +226,14 @@ fn analyze_until(module: &Module, chip: &Chip, comm: &dyn CommModel, cancel: &Ca
     walk.comp(m.entry, 1, &mut acc, 0);
     walk.flush_in_flight(&mut acc);
     let mut assumptions = std::mem::take(&mut walk.assumptions);
+    if walk.pipelined_met > 0 {
+        assumptions.push(format!(
+            "{} async collective(s) in loop bodies only update a loop-carried buffer: they are \
+             pipelined across iterations (XLA's collective pipelining), overlapping the next \
+             iteration's compute up to their -done as well",
+            walk.pipelined_met
+        ));
+    }
     assumptions.extend(custom_call_assumptions(std::mem::take(
         &mut walk.custom_calls,
     )));
@@ -507,6 +516,16 @@ struct Walk<'a> {
     net: NetAcc,
     /// Once set, the walk stops (its result is then discarded).
     cancel: Cancel,
+    /// The `-done`s whose collective completes during the next iteration
+    /// (see [`pipelining`]), found on the first loop.
+    pipelined: Option<std::collections::HashSet<InstrId>>,
+    /// Compute time per execution since the current loop body began.
+    elapsed: f64,
+    /// Pipelined collectives of the current body: (start, `elapsed` at
+    /// their `-done`).
+    deferred: Vec<(InstrId, f64)>,
+    /// Pipelined `-done`s met (for the assumption line).
+    pipelined_met: usize,
 }
 
 /// Communication bookkeeping of a walk.
@@ -603,6 +622,31 @@ impl<'a> Walk<'a> {
             comm,
             net: NetAcc::default(),
             cancel: Cancel::default(),
+            pipelined: None,
+            elapsed: 0.0,
+            deferred: Vec::new(),
+            pipelined_met: 0,
+        }
+    }
+
+    /// Whether `done` ends a collective pipelined across loop iterations.
+    fn is_pipelined(&mut self, done: InstrId) -> bool {
+        let m = self.m;
+        self.pipelined
+            .get_or_insert_with(|| pipelining::pipelined_dones(m, is_async_done))
+            .contains(&done)
+    }
+
+    /// At the end of a loop body: a pipelined collective also overlaps the
+    /// next iteration's compute up to its `-done`; what that does not hide
+    /// is exposed.
+    fn settle_pipelined(&mut self, acc: &mut Acc) {
+        for (start, at) in std::mem::take(&mut self.deferred) {
+            let Some(k) = self.net.in_flight.iter().position(|f| f.0 == start) else {
+                continue;
+            };
+            let (_, left, times) = self.net.in_flight.remove(k);
+            self.expose(start, (left - at).max(0.0), times, acc);
         }
     }
 
@@ -699,7 +743,13 @@ impl<'a> Walk<'a> {
             }
         }
         if is_async_done(ins.opcode) {
-            self.finish_async(id, acc);
+            match async_start_of(m, id) {
+                Some(start) if self.is_pipelined(id) => {
+                    self.pipelined_met += 1;
+                    self.deferred.push((start, self.elapsed));
+                }
+                _ => self.finish_async(id, acc),
+            }
         }
         match ins.opcode {
             _ if is_free_instr(m, id) => {}
@@ -716,11 +766,18 @@ impl<'a> Walk<'a> {
                     ));
                 }
                 let n = trips(&trip);
+                let outer = (
+                    std::mem::replace(&mut self.elapsed, 0.0),
+                    std::mem::take(&mut self.deferred),
+                );
                 for name in ["body", "condition"] {
                     if let Some(c) = ins.attr_comp(name) {
                         self.comp(c, times.saturating_mul(n), acc, depth + 1);
                     }
                 }
+                self.settle_pipelined(acc);
+                self.elapsed += outer.0;
+                self.deferred = outer.1;
             }
             Opcode::Call | Opcode::AsyncStart => {
                 for c in ins.called_computations() {
@@ -807,6 +864,7 @@ impl<'a> Walk<'a> {
             }
         }
         self.net.overlap(t.time_s);
+        self.elapsed += t.time_s;
         if is_comm || ins.opcode == Opcode::Send {
             self.assume(format!(
                 "{} ops are timed as local memory traffic only (single-device model, no \

@@ -224,6 +224,8 @@ fn replay_timed(
         mem: track_memory.then(|| Mem::new(tm)),
         uses,
         cancel: cancel.clone(),
+        pipelined: crate::pipelining::pipelined_dones(tm, is_done),
+        deferred: HashMap::new(),
     };
     let entry = tm.entry;
     let mut args: Vec<Value> = Vec::new();
@@ -271,6 +273,11 @@ struct Replay<'a> {
     uses: Vec<u32>,
     /// Once set, loops stop being unrolled (the replay is then discarded).
     cancel: Cancel,
+    /// `-done`s of collectives pipelined across loop iterations.
+    pipelined: std::collections::HashSet<InstrId>,
+    /// Their transfers in flight: the next iteration's same `-done` (or the
+    /// loop's end) waits for them.
+    deferred: HashMap<InstrId, Pending>,
 }
 
 /// Values of one invocation of a computation.
@@ -428,6 +435,10 @@ impl Replay<'_> {
                     self.start_value(id, frame)
                 }
             },
+            op if is_done(op) && self.pipelined.contains(&id) => {
+                self.pipeline_transfer(id);
+                self.done_value(id, frame)
+            }
             op if is_done(op) => {
                 self.finish_transfer(id);
                 self.done_value(id, frame)
@@ -625,6 +636,38 @@ impl Replay<'_> {
         self.push(id, self.clock, 0.0, Lane::TensorCore, p.flow);
     }
 
+    /// A pipelined `-done`: this iteration waits for the previous
+    /// iteration's transfer only; its own completes during the next one.
+    fn pipeline_transfer(&mut self, id: InstrId) {
+        if let Some(prev) = self.deferred.remove(&id) {
+            self.clock = self.clock.max(prev.end_s);
+        }
+        let Some(start) = start_of(self.m, id) else {
+            return;
+        };
+        let Some(p) = self.pending.remove(&start) else {
+            return;
+        };
+        self.push(id, self.clock, 0.0, Lane::TensorCore, p.flow);
+        self.deferred.insert(id, p);
+    }
+
+    /// At a loop's end, its body's pipelined transfers are waited for.
+    fn drain_pipelined(&mut self, body: Option<CompId>) {
+        let m = self.m;
+        let mine: Vec<InstrId> = self
+            .deferred
+            .keys()
+            .copied()
+            .filter(|&d| Some(m.instr(d).parent) == body)
+            .collect();
+        for d in mine {
+            if let Some(p) = self.deferred.remove(&d) {
+                self.clock = self.clock.max(p.end_s);
+            }
+        }
+    }
+
     fn while_loop(&mut self, id: InstrId, frame: &Frame, depth: u32) -> Value {
         let m = self.m;
         let ins = m.instr(id);
@@ -661,6 +704,7 @@ impl Replay<'_> {
             let per = self.measure(&parts, depth + 1);
             self.clock += per * (n - i) as f64;
         }
+        self.drain_pipelined(body);
         carried
     }
 
@@ -673,6 +717,7 @@ impl Replay<'_> {
             self.dma_free,
             self.emit,
             self.pending.clone(),
+            self.deferred.clone(),
         );
         self.emit = false;
         for &c in comps {
@@ -685,6 +730,7 @@ impl Replay<'_> {
             self.dma_free,
             self.emit,
             self.pending,
+            self.deferred,
         ) = saved;
         dur
     }

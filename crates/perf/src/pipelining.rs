@@ -1,0 +1,103 @@
+//! Collective pipelining across loop iterations (XLA's CollectivePipeliner,
+//! forward sinking): a collective inside a `while` body whose result only
+//! updates a loop-carried buffer (a scan's per-layer weight gradient,
+//! reduce-scattered and written into the stacked gradients) need not finish
+//! within its iteration. XLA moves it so that it completes while the next
+//! iteration computes; the walk lets it overlap that much more compute.
+
+use std::collections::{HashMap, HashSet};
+use tpusim_hlo::{CompId, InstrId, Module, Opcode};
+
+/// Ops between a collective and the loop-carried buffer it updates.
+const MAX_CHAIN: usize = 16;
+
+/// The `-done`s of async collectives, in `while` bodies, whose result only
+/// updates a loop-carried buffer: through a chain of single-use element-wise
+/// ops, converts, reshapes, fusions and dynamic-update-slices (at least one
+/// update) into the body's root tuple.
+pub(crate) fn pipelined_dones(m: &Module, is_done: impl Fn(Opcode) -> bool) -> HashSet<InstrId> {
+    let bodies: HashSet<CompId> = m
+        .comps
+        .iter()
+        .flat_map(|c| c.instrs.iter())
+        .filter(|&&i| m.instr(i).opcode == Opcode::While)
+        .filter_map(|&i| m.instr(i).attr_comp("body"))
+        .collect();
+    let mut out = HashSet::new();
+    for b in bodies {
+        let comp = m.comp(b);
+        let mut users: HashMap<InstrId, Vec<InstrId>> = HashMap::new();
+        for &i in &comp.instrs {
+            for &o in &m.instr(i).operands {
+                users.entry(o).or_default().push(i);
+            }
+        }
+        for &d in &comp.instrs {
+            if is_done(m.instr(d).opcode) && updates_carried_buffer(m, b, &users, d, &is_done) {
+                out.insert(d);
+            }
+        }
+    }
+    out
+}
+
+fn updates_carried_buffer(
+    m: &Module,
+    body: CompId,
+    users: &HashMap<InstrId, Vec<InstrId>>,
+    done: InstrId,
+    is_done: &impl Fn(Opcode) -> bool,
+) -> bool {
+    let root = m.comp(body).root;
+    let mut cur = done;
+    let mut updated = false;
+    for _ in 0..MAX_CHAIN {
+        let next = match users.get(&cur).map(Vec::as_slice) {
+            Some(&[u]) => u,
+            _ => return false,
+        };
+        let op = m.instr(next).opcode;
+        if next == root {
+            return updated && op == Opcode::Tuple;
+        }
+        // Another async collective on the way (the all-reduce of a shard
+        // over the data axis after its reduce-scatter) is pipelined with it.
+        let passes = op.is_elementwise()
+            || is_done(op)
+            || matches!(
+                op,
+                Opcode::Reshape
+                    | Opcode::Bitcast
+                    | Opcode::Copy
+                    | Opcode::GetTupleElement
+                    | Opcode::DynamicUpdateSlice
+                    | Opcode::Fusion
+                    | Opcode::AllReduceStart
+                    | Opcode::AllGatherStart
+                    | Opcode::CollectivePermuteStart
+                    | Opcode::AsyncStart
+                    | Opcode::AsyncUpdate
+            );
+        if !passes {
+            return false;
+        }
+        updated |= is_update(m, next);
+        cur = next;
+    }
+    false
+}
+
+/// A dynamic-update-slice, bare or fused.
+fn is_update(m: &Module, id: InstrId) -> bool {
+    let ins = m.instr(id);
+    match ins.opcode {
+        Opcode::DynamicUpdateSlice => true,
+        Opcode::Fusion => ins.attr_comp("calls").is_some_and(|c| {
+            m.comp(c)
+                .instrs
+                .iter()
+                .any(|&i| m.instr(i).opcode == Opcode::DynamicUpdateSlice)
+        }),
+        _ => false,
+    }
+}
