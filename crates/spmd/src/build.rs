@@ -416,7 +416,13 @@ impl Out {
                 stride: 1,
             })
             .collect();
-        let shape = Shape::array(self.ty(x), limits.to_vec());
+        self.slice(cb, x, sl)
+    }
+
+    /// `x[sl]` (unit strides).
+    fn slice(&mut self, cb: &mut CompB, x: InstrId, sl: Vec<SliceDim>) -> InstrId {
+        let dims = sl.iter().map(|d| d.limit - d.start).collect();
+        let shape = Shape::array(self.ty(x), dims);
         self.emit(
             cb,
             "slice",
@@ -492,7 +498,13 @@ impl Out {
     }
 
     /// The scalar `x` broadcast to an array of `dims`.
-    fn splat(&mut self, cb: &mut CompB, x: InstrId, ty: PrimitiveType, dims: &[i64]) -> InstrId {
+    pub fn splat(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        ty: PrimitiveType,
+        dims: &[i64],
+    ) -> InstrId {
         self.emit(
             cb,
             "broadcast",
@@ -506,7 +518,7 @@ impl Out {
     /// Start indices (`s32`) of a gather along a dim of `rows` rows that each
     /// device holds `local` of, from row `first[device]`: the global start,
     /// clamped as a gather clamps it, made relative to this device's rows;
-    /// and a mask of the starts that fall outside them.
+    /// and a mask of the starts that fall inside them.
     pub fn shard_starts(
         &mut self,
         cb: &mut CompB,
@@ -517,7 +529,6 @@ impl Out {
     ) -> (InstrId, InstrId) {
         let dims = self.dims(starts);
         let s32 = Shape::array(PrimitiveType::S32, dims.clone());
-        let pred = Shape::array(PrimitiveType::Pred, dims.clone());
         let low = self.s32_splat(cb, 0, &dims);
         let high = self.s32_splat(cb, rows - 1, &dims);
         let clamped = self.emit(
@@ -529,26 +540,33 @@ impl Out {
             vec![],
         );
         let rel = self.shard_relative(cb, clamped, first);
-        let end = self.s32_splat(cb, local, &dims);
+        let hit = self.within(cb, rel, 0, local);
+        (rel, hit)
+    }
+
+    /// Whether each element of the `s32` array `x` lies in `lo..hi`.
+    fn within(&mut self, cb: &mut CompB, x: InstrId, lo: i64, hi: i64) -> InstrId {
+        let dims = self.dims(x);
+        let pred = Shape::array(PrimitiveType::Pred, dims.clone());
+        let (lo, hi) = (self.s32_splat(cb, lo, &dims), self.s32_splat(cb, hi, &dims));
         let direction = |d: &str| vec![attr("direction", AttrValue::Ident(d.into()))];
+        let from = self.emit(
+            cb,
+            "compare",
+            Opcode::Compare,
+            pred.clone(),
+            vec![x, lo],
+            direction("GE"),
+        );
         let below = self.emit(
             cb,
             "compare",
             Opcode::Compare,
             pred.clone(),
-            vec![rel, low],
+            vec![x, hi],
             direction("LT"),
         );
-        let above = self.emit(
-            cb,
-            "compare",
-            Opcode::Compare,
-            pred.clone(),
-            vec![rel, end],
-            direction("GE"),
-        );
-        let outside = self.emit(cb, "or", Opcode::Or, pred, vec![below, above], vec![]);
-        (rel, outside)
+        self.emit(cb, "and", Opcode::And, pred, vec![from, below], vec![])
     }
 
     /// `x[start:limit]` along dim `dim` (every other dim whole).
@@ -573,17 +591,7 @@ impl Out {
                 }
             })
             .collect();
-        let mut out = dims;
-        out[dim] = limit - start;
-        let shape = Shape::array(self.ty(x), out);
-        self.emit(
-            cb,
-            "slice",
-            Opcode::Slice,
-            shape,
-            vec![x],
-            vec![attr("slice", AttrValue::Slice(sl))],
-        )
+        self.slice(cb, x, sl)
     }
 
     /// Sends `x` one step along `axes` (to the next device when `forward`,
@@ -733,7 +741,6 @@ impl Out {
             .map(|dev| i64::from(self.mesh.index(dev, axes)) * rows - low)
             .collect();
         let s32 = Shape::array(PrimitiveType::S32, dims.clone());
-        let pred = Shape::array(PrimitiveType::Pred, dims.clone());
         let iota = self.emit(
             cb,
             "iota",
@@ -745,33 +752,7 @@ impl Out {
         let off = self.per_device(cb, first);
         let offb = self.splat(cb, off, PrimitiveType::S32, &dims);
         let pos = self.emit(cb, "add", Opcode::Add, s32, vec![iota, offb], vec![]);
-        let zero = self.s32_splat(cb, 0, &dims);
-        let end = self.s32_splat(cb, global, &dims);
-        let direction = |d: &str| vec![attr("direction", AttrValue::Ident(d.into()))];
-        let after_start = self.emit(
-            cb,
-            "compare",
-            Opcode::Compare,
-            pred.clone(),
-            vec![pos, zero],
-            direction("GE"),
-        );
-        let before_end = self.emit(
-            cb,
-            "compare",
-            Opcode::Compare,
-            pred.clone(),
-            vec![pos, end],
-            direction("LT"),
-        );
-        let inside = self.emit(
-            cb,
-            "and",
-            Opcode::And,
-            pred,
-            vec![after_start, before_end],
-            vec![],
-        );
+        let inside = self.within(cb, pos, 0, global);
         let ty = self.ty(x);
         let fills = self.splat(cb, fill, ty, &dims);
         self.emit(

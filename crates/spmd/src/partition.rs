@@ -1528,16 +1528,16 @@ impl<'m> Partitioner<'m> {
         }
         let x = self.arr(cb, &ops[0], &og, &op_sh)?;
         let mut y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
-        let mut outside = None;
+        let mut hits = None;
         if let Some((d, axes)) = &lookup {
             let first: Vec<i64> = (0..self.out.mesh.n)
                 .map(|dev| i64::from(self.out.mesh.index(dev, axes)) * local_op[*d])
                 .collect();
-            let (rel, miss) = self
+            let (rel, hit) = self
                 .out
                 .shard_starts(cb, y, og.dims()[*d], local_op[*d], first);
             y = rel;
-            outside = Some(miss);
+            hits = Some(hit);
         }
         let batch_in: Vec<usize> = (0..ig.rank()).filter(|&d| d != ivd).collect();
         let batch_out: Vec<usize> = (0..ins.shape.rank())
@@ -1553,8 +1553,8 @@ impl<'m> Partitioner<'m> {
         let mut attrs = ins.attrs.clone();
         set_attr(&mut attrs, "slice_sizes", AttrValue::Ints(slice_sizes));
         let g = self.local_op(cb, ins, vec![x, y], out, attrs)?;
-        match (lookup, outside) {
-            (Some((_, axes)), Some(miss)) => self.zero_misses(cb, g, miss, ivd, &batch_out, axes),
+        match (lookup, hits) {
+            (Some((_, axes)), Some(hit)) => self.zero_misses(cb, g, hit, ivd, &batch_out, axes),
             _ => Ok(g),
         }
     }
@@ -1596,19 +1596,19 @@ impl<'m> Partitioner<'m> {
     }
 
     /// Zeroes the rows of a partitioned row lookup `g` whose start missed
-    /// this device's rows (`miss`, shaped like the start indices) and marks
-    /// the result a partial sum over `axes`.
+    /// this device's rows (`hit` false; shaped like the start indices) and
+    /// marks the result a partial sum over `axes`.
     fn zero_misses(
         &mut self,
         cb: &mut CompB,
         g: Val,
-        miss: InstrId,
+        hit: InstrId,
         ivd: usize,
         batch_out: &[usize],
         axes: Vec<Axis>,
     ) -> Result<Val, SpmdError> {
         let out_dims = self.out.dims(g.id);
-        let mut batch = self.out.dims(miss);
+        let mut batch = self.out.dims(hit);
         if ivd < batch.len() {
             batch.remove(ivd);
         }
@@ -1618,7 +1618,7 @@ impl<'m> Partitioner<'m> {
             "reshape",
             Opcode::Reshape,
             pred(batch),
-            vec![miss],
+            vec![hit],
             vec![],
         );
         let dims = AttrValue::Ints(batch_out.iter().map(|&d| d as i64).collect());
@@ -1632,20 +1632,13 @@ impl<'m> Partitioner<'m> {
         );
         let ty = self.out.ty(g.id);
         let z = self.out.zero(cb, ty);
-        let zeros = self.out.emit(
-            cb,
-            "broadcast",
-            Opcode::Broadcast,
-            Shape::array(ty, out_dims.clone()),
-            vec![z],
-            vec![attr("dimensions", AttrValue::Ints(vec![]))],
-        );
+        let zeros = self.out.splat(cb, z, ty, &out_dims);
         let id = self.out.emit(
             cb,
             "select",
             Opcode::Select,
             Shape::array(ty, out_dims),
-            vec![mask, zeros, g.id],
+            vec![mask, g.id, zeros],
             vec![],
         );
         let sh =
@@ -2640,17 +2633,24 @@ impl Partitioner<'_> {
         let operand = self.arr(cb, &ops[0], &og, &op_sh)?;
         let idx = self.arr(cb, &ops[1], &ig, &idx_sh)?;
         let upd = self.arr(cb, &ops[2], &ug, &upd_sh)?;
+        Ok(self.scatter_summed(cb, ins, [operand, idx, upd], &partial, op_sh))
+    }
+
+    /// An add-scatter of updates spread over devices along `partial`: each
+    /// device scatters its updates into zeros, the results are all-reduced
+    /// and added to the operand (`ops`: operand, indices, updates, local).
+    fn scatter_summed(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        [operand, idx, upd]: [InstrId; 3],
+        partial: &[Axis],
+        op_sh: Sh,
+    ) -> Val {
         let shape = self.out.shape(operand).clone();
         let ty = self.out.ty(operand);
         let zero = self.out.zero(cb, ty);
-        let zeros = self.out.emit(
-            cb,
-            "broadcast",
-            Opcode::Broadcast,
-            shape.clone(),
-            vec![zero],
-            vec![attr("dimensions", AttrValue::Ints(vec![]))],
-        );
+        let zeros = self.out.splat(cb, zero, ty, shape.dims());
         let local = self.copy_as(
             cb,
             ins,
@@ -2660,14 +2660,14 @@ impl Partitioner<'_> {
         );
         let summed = self
             .out
-            .all_reduce(cb, local, &partial, ins.attr_comp("to_apply"));
+            .all_reduce(cb, local, partial, ins.attr_comp("to_apply"));
         let id = self
             .out
             .emit(cb, "add", Opcode::Add, shape, vec![operand, summed], vec![]);
-        Ok(Val {
+        Val {
             id,
             sh: vec![op_sh],
-        })
+        }
     }
 
     /// The operand tiling an index-parallel scatter keeps: the tiling of the
@@ -2801,33 +2801,7 @@ impl Partitioner<'_> {
                 sh: vec![op_sh],
             });
         }
-        let ty = self.out.ty(operand);
-        let zero = self.out.zero(cb, ty);
-        let zeros = self.out.emit(
-            cb,
-            "broadcast",
-            Opcode::Broadcast,
-            shape.clone(),
-            vec![zero],
-            vec![attr("dimensions", AttrValue::Ints(vec![]))],
-        );
-        let scattered = self.copy_as(
-            cb,
-            ins,
-            shape.clone(),
-            vec![zeros, rel, upd],
-            ins.attrs.clone(),
-        );
-        let summed = self
-            .out
-            .all_reduce(cb, scattered, &partial, ins.attr_comp("to_apply"));
-        let id = self
-            .out
-            .emit(cb, "add", Opcode::Add, shape, vec![operand, summed], vec![]);
-        Ok(Val {
-            id,
-            sh: vec![op_sh],
-        })
+        Ok(self.scatter_summed(cb, ins, [operand, rel, upd], &partial, op_sh))
     }
 
     /// Scatter with batching dims (the gradient of take_along_axis): operand
