@@ -669,6 +669,17 @@ impl<'m> Partitioner<'m> {
             Opcode::Dot if v.sh.len() == 1 && !v.sh[0].partial.is_empty() => {
                 self.loop_result.insert(v.id, (i, 0));
             }
+            // The gradient of a slice pads a scattered gradient back: the
+            // tiling asked of the pad is asked of the scatter's rows.
+            Opcode::Pad | Opcode::Slice if v.sh.len() == 1 => {
+                let origin = ops
+                    .first()
+                    .and_then(|o| self.loop_result.get(&o.id).copied())
+                    .filter(|&(o, _)| self.src.instr(o).opcode == Opcode::Scatter);
+                if let Some(origin) = origin {
+                    self.loop_result.insert(v.id, origin);
+                }
+            }
             op if (op.is_elementwise() && op != Opcode::Map) && v.sh.len() == 1 => {
                 let dims = ins.shape.dims();
                 let origin = ins.operands.iter().zip(ops).find_map(|(&o, val)| {

@@ -305,3 +305,29 @@ ENTRY e {
     assert_eq!(shapes_of(&m, Opcode::AllReduce), vec![vec![4, 8]]);
     assert_eq!(shapes_of(&m, Opcode::Negate), vec![vec![4, 8]]);
 }
+
+#[test]
+fn a_scattered_gradient_padded_back_takes_the_tiling_asked_of_the_pad() {
+    // take_along_axis's gradient of shifted log-probabilities: scattered into
+    // zeros, padded back to the sequence, added to vocab-tiled logits. The
+    // scatter runs on the device's vocab rows, not on the whole vocab.
+    let m = partitioned(
+        r#"HloModule padgrad, num_partitions=4
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  logits = f32[4,8,16] parameter(0), sharding={devices=[1,1,4]<=[4]}
+  idx = s32[4,7,1] parameter(1), sharding={replicated}
+  upd = f32[4,7] parameter(2), sharding={replicated}
+  z = f32[4,7,16] broadcast(f32[] constant(0)), dimensions={}
+  sc = f32[4,7,16] scatter(z, idx, upd), update_window_dims={}, inserted_window_dims={2}, scatter_dims_to_operand_dims={2}, input_batching_dims={0,1}, scatter_indices_batching_dims={0,1}, index_vector_dim=2, to_apply=add
+  p = f32[4,8,16] pad(sc, f32[] constant(0)), padding=0_0x0_1x0_0
+  ROOT r = f32[4,8,16] add(p, logits), sharding={devices=[1,1,4]<=[4]}
+}
+"#,
+    );
+    assert_eq!(shapes_of(&m, Opcode::Scatter), vec![vec![4, 7, 4]]);
+}
