@@ -986,6 +986,10 @@ fn mutants_never_panic_or_hang() {
 /// reduced; each must go through the pipeline without a panic.
 const REGRESSIONS: &[(&str, &str)] = &[
     (
+        "a channel id at the top of the range (the compiler's next id overflowed)",
+        "HloModule m, num_partitions=2\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  x = f32[4] parameter(0)\n  ROOT r = f32[4] all-reduce(x), channel_id=9223372036854775807, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add\n}\n",
+    ),
+    (
         "tuple of two arrays whose byte sizes saturate u64 (size sums overflowed)",
         "HloModule m\nENTRY e {\n  a = f32[2305843009213693952] parameter(0)\n  b = f32[2305843009213693952] parameter(1)\n  ROOT t = (f32[2305843009213693952], f32[2305843009213693952]) tuple(a, b)\n}\n",
     ),

@@ -29,7 +29,7 @@ const MAX_CHUNKS: i64 = 256;
 /// pass).
 pub fn decompose_all_gather_dots(m: &mut Module, min_chunk: i64) -> Changed {
     let mut names = None;
-    let mut next_channel = crate::util::max_channel_id(m) + 1;
+    let mut channels = crate::util::ChannelIds::new(m);
     let mut decomposed = 0;
     let mut chunks = 0;
     for c in control_computations(m) {
@@ -53,7 +53,7 @@ pub fn decompose_all_gather_dots(m: &mut Module, min_chunk: i64) -> Changed {
         for p in plans {
             chunks += p.n;
             let names = names.get_or_insert_with(|| all_names(m));
-            rewrite(m, c, &p, names, &mut next_channel);
+            rewrite(m, c, &p, names, &mut channels);
             decomposed += 1;
         }
     }
@@ -135,7 +135,13 @@ fn plan(m: &Module, c: CompId, ag: InstrId, dot: InstrId, min_chunk: i64) -> Opt
     })
 }
 
-fn rewrite(m: &mut Module, c: CompId, p: &Plan, names: &mut NameTable, next_channel: &mut i64) {
+fn rewrite(
+    m: &mut Module,
+    c: CompId,
+    p: &Plan,
+    names: &mut NameTable,
+    channels: &mut crate::util::ChannelIds,
+) {
     let a = m.instr(p.ag).clone();
     let d = m.instr(p.dot).clone();
     let x = a.operands[0];
@@ -162,8 +168,7 @@ fn rewrite(m: &mut Module, c: CompId, p: &Plan, names: &mut NameTable, next_chan
         );
         let mut attrs = a.attrs.clone();
         if let Some(ch) = attrs.iter_mut().find(|x| x.name == "channel_id") {
-            ch.value = AttrValue::Int(*next_channel);
-            *next_channel += 1;
+            ch.value = AttrValue::Int(channels.fresh());
         }
         let gathered = push_instr(
             m,

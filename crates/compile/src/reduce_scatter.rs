@@ -35,14 +35,13 @@ pub fn all_reduce_to_reduce_scatter(m: &mut Module) -> Changed {
     let mut rewritten = 0;
     let mut sunk = 0;
     let mut gathers = 0;
-    let mut next_channel = crate::util::max_channel_id(m) + 1;
+    let mut channels = crate::util::ChannelIds::new(m);
     let mut names = None;
     for c in control_computations(m) {
         // Slicing an element-wise op slices its other operands too, which
         // may lead to further all-reduces: repeat while slices move.
         for _ in 0..MAX_SINK_ROUNDS {
-            let moved =
-                sink_slices_to_all_reduces(m, c, &mut next_channel, &mut gathers, &mut names);
+            let moved = sink_slices_to_all_reduces(m, c, &mut channels, &mut gathers, &mut names);
             sunk += moved;
             if moved == 0 {
                 break;
@@ -219,7 +218,7 @@ fn reaches_all_reduce(m: &Module, id: InstrId, depth: usize) -> bool {
 fn sink_slices_to_all_reduces(
     m: &mut Module,
     c: CompId,
-    next_channel: &mut i64,
+    channels: &mut crate::util::ChannelIds,
     gathers: &mut usize,
     module_names: &mut Option<NameTable>,
 ) -> usize {
@@ -279,8 +278,7 @@ fn sink_slices_to_all_reduces(
         replace_uses(m, c, ds, below);
         if branch {
             let first = path[0].2;
-            let gathered = gather_instr(m, names, ar, below, full, first.dim, *next_channel);
-            *next_channel += 1;
+            let gathered = gather_instr(m, names, ar, below, full, first.dim, channels.fresh());
             m.comps[c.index()].instrs.push(gathered);
             replace_uses(m, c, full, gathered);
             *gathers += 1;

@@ -181,6 +181,50 @@ pub(crate) fn max_channel_id(m: &Module) -> i64 {
         .unwrap_or(0)
 }
 
+/// Channel ids for the collectives a pass adds: above every id the module
+/// has, or, when the module's ids reach the top of the range (any input may
+/// say `channel_id=9223372036854775807`), the smallest ids it does not use.
+pub(crate) struct ChannelIds {
+    next: i64,
+    used: Option<rustc_hash::FxHashSet<i64>>,
+}
+
+impl ChannelIds {
+    pub(crate) fn new(m: &Module) -> ChannelIds {
+        let max = max_channel_id(m);
+        if max < i64::MAX - (1 << 32) {
+            return ChannelIds {
+                next: max.max(0) + 1,
+                used: None,
+            };
+        }
+        let used = m
+            .instrs
+            .iter()
+            .filter_map(|i| match i.attr("channel_id") {
+                Some(AttrValue::Int(v)) => Some(*v),
+                _ => None,
+            })
+            .collect();
+        ChannelIds {
+            next: 1,
+            used: Some(used),
+        }
+    }
+
+    /// An id no collective of the module has, nor one handed out before.
+    pub(crate) fn fresh(&mut self) -> i64 {
+        if let Some(used) = &self.used {
+            while used.contains(&self.next) {
+                self.next += 1;
+            }
+        }
+        let id = self.next;
+        self.next += 1;
+        id
+    }
+}
+
 /// `shape` with dimension `dim` resized to `size` (layout kept).
 pub(crate) fn resized(shape: &Shape, dim: usize, size: i64) -> Shape {
     let mut s = shape.clone();
