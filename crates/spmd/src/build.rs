@@ -666,9 +666,14 @@ impl Out {
         if parts.len() == 1 {
             return x;
         }
-        let mut out = dims;
-        out[dim] = rows + low + high;
-        let shape = Shape::array(self.ty(x), out);
+        self.concatenate(cb, parts, dim)
+    }
+
+    /// `parts` (of one type, alike but along `dim`) joined along `dim`.
+    fn concatenate(&mut self, cb: &mut CompB, parts: Vec<InstrId>, dim: usize) -> InstrId {
+        let mut out = self.dims(parts[0]);
+        out[dim] = parts.iter().map(|&p| self.dims(p)[dim]).sum();
+        let shape = Shape::array(self.ty(parts[0]), out);
         self.emit(
             cb,
             "concatenate",
@@ -714,15 +719,7 @@ impl Out {
         } else {
             vec![got, kept]
         };
-        let shape = self.shape(x).clone();
-        self.emit(
-            cb,
-            "concatenate",
-            Opcode::Concatenate,
-            shape,
-            parts,
-            vec![attr("dimensions", AttrValue::Ints(vec![dim as i64]))],
-        )
+        self.concatenate(cb, parts, dim)
     }
 
     /// Replaces the rows of `x` (a local value with a halo of `low` rows along
