@@ -515,8 +515,8 @@ impl Out {
         )
     }
 
-    /// Start indices (`s32`) of a gather along a dim of `rows` rows that each
-    /// device holds `local` of, from row `first[device]`: the global start,
+    /// Start indices (`s32`) of a gather along a dim of `rows` rows tiled by
+    /// `axes`, `local` rows a device: the global start,
     /// clamped as a gather clamps it, made relative to this device's rows;
     /// and a mask of the starts that fall inside them.
     pub fn shard_starts(
@@ -524,8 +524,7 @@ impl Out {
         cb: &mut CompB,
         starts: InstrId,
         rows: i64,
-        local: i64,
-        first: Vec<i64>,
+        (axes, local): (&[Axis], i64),
     ) -> (InstrId, InstrId) {
         let dims = self.dims(starts);
         let s32 = Shape::array(PrimitiveType::S32, dims.clone());
@@ -539,7 +538,7 @@ impl Out {
             vec![low, starts, high],
             vec![],
         );
-        let rel = self.shard_relative(cb, clamped, first);
+        let rel = self.shard_relative(cb, clamped, (axes, local));
         let hit = self.within(cb, rel, 0, local);
         (rel, hit)
     }
@@ -734,8 +733,11 @@ impl Out {
         fill: InstrId,
     ) -> InstrId {
         let dims = self.dims(x);
-        let first: Vec<i64> = (0..self.mesh.n)
-            .map(|dev| i64::from(self.mesh.index(dev, axes)) * rows - low)
+        let first: Vec<i64> = self
+            .mesh
+            .first_rows(axes, rows)
+            .into_iter()
+            .map(|f| f - low)
             .collect();
         let s32 = Shape::array(PrimitiveType::S32, dims.clone());
         let iota = self.emit(
@@ -762,9 +764,16 @@ impl Out {
         )
     }
 
-    /// `s32` indices `starts` minus this device's first row, `first[device]`.
-    pub fn shard_relative(&mut self, cb: &mut CompB, starts: InstrId, first: Vec<i64>) -> InstrId {
+    /// `s32` indices `starts` minus this device's first row of a dim tiled by
+    /// `axes`, `local` rows a device.
+    pub fn shard_relative(
+        &mut self,
+        cb: &mut CompB,
+        starts: InstrId,
+        (axes, local): (&[Axis], i64),
+    ) -> InstrId {
         let dims = self.dims(starts);
+        let first = self.mesh.first_rows(axes, local);
         let off = self.per_device(cb, first);
         let offb = self.splat(cb, off, PrimitiveType::S32, &dims);
         self.emit(
@@ -794,9 +803,7 @@ impl Out {
                 continue;
             }
             let c = local[d];
-            let table: Vec<i64> = (0..self.mesh.n)
-                .map(|dev| i64::from(self.mesh.index(dev, &sh.dims[d])) * c)
-                .collect();
+            let table = self.mesh.first_rows(&sh.dims[d], c);
             let off = self.per_device(cb, table);
             let s32 = |dims: Vec<i64>| Shape::array(PrimitiveType::S32, dims);
             let iota = self.emit(
@@ -1031,11 +1038,7 @@ impl Out {
                 return self.reshard(cb, cur, global, &s, to);
             }
             let axes = if have > 0 { extra } else { to.dims[d].clone() };
-            offsets[d] = Some(
-                (0..mesh.n)
-                    .map(|dev| i64::from(mesh.index(dev, &axes)) * c_new)
-                    .collect(),
-            );
+            offsets[d] = Some(mesh.first_rows(&axes, c_new));
             sizes[d] = c_new;
             padded[d] = c_new * i64::from(mesh.count(&axes));
             any = true;

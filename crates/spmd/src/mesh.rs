@@ -129,6 +129,13 @@ impl Mesh {
             .fold(0, |acc, &a| acc * self.size(a) + self.digit(d, a))
     }
 
+    /// Each device's first row of a dim tiled by `axes`, `rows` rows a device.
+    pub fn first_rows(&self, axes: &[Axis], rows: i64) -> Vec<i64> {
+        (0..self.n)
+            .map(|d| i64::from(self.index(d, axes)) * rows)
+            .collect()
+    }
+
     /// Groups of devices that differ only along `axes`, each ordered by their
     /// index over `axes`; groups ordered by their first device.
     pub fn groups(&self, axes: &[Axis]) -> Vec<Vec<i64>> {

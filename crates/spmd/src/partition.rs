@@ -1541,12 +1541,8 @@ impl<'m> Partitioner<'m> {
         let mut y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
         let mut hits = None;
         if let Some((d, axes)) = &lookup {
-            let first: Vec<i64> = (0..self.out.mesh.n)
-                .map(|dev| i64::from(self.out.mesh.index(dev, axes)) * local_op[*d])
-                .collect();
-            let (rel, hit) = self
-                .out
-                .shard_starts(cb, y, og.dims()[*d], local_op[*d], first);
+            let tiling = (&axes[..], local_op[*d]);
+            let (rel, hit) = self.out.shard_starts(cb, y, og.dims()[*d], tiling);
             y = rel;
             hits = Some(hit);
         }
@@ -2800,10 +2796,7 @@ impl Partitioner<'_> {
         let operand = self.arr(cb, &ops[0], &og, &op_sh)?;
         let idx = self.arr(cb, &ops[1], &ig, &idx_sh)?;
         let upd = self.arr(cb, &ops[2], &ug, &upd_sh)?;
-        let first: Vec<i64> = (0..self.out.mesh.n)
-            .map(|dev| i64::from(self.out.mesh.index(dev, &axes)) * local[d])
-            .collect();
-        let rel = self.out.shard_relative(cb, idx, first);
+        let rel = self.out.shard_relative(cb, idx, (&axes, local[d]));
         let shape = self.out.shape(operand).clone();
         if partial.is_empty() {
             let id = self.copy_as(cb, ins, shape, vec![operand, rel, upd], ins.attrs.clone());
@@ -2872,10 +2865,7 @@ impl Partitioner<'_> {
         let mut y = self.arr(cb, &ops[1], &ig, &idx_sh)?;
         if let Some((d, axes)) = &rows {
             let local = op_sh.local_dims(&self.out.mesh, og.dims())[*d];
-            let first: Vec<i64> = (0..self.out.mesh.n)
-                .map(|dev| i64::from(self.out.mesh.index(dev, axes)) * local)
-                .collect();
-            y = self.out.shard_relative(cb, y, first);
+            y = self.out.shard_relative(cb, y, (axes, local));
         }
         let z = self.arr(cb, &ops[2], &ug, &upd_sh)?;
         self.local_op(cb, ins, vec![x, y, z], op_sh, ins.attrs.clone())
