@@ -5,6 +5,7 @@
 //! command interrupted by Ctrl-C (`run`, `analyze`, `trace`, `compile`,
 //! `partition`) — never another code.
 
+mod alloc;
 mod analyze;
 mod check;
 mod chips;
@@ -25,7 +26,7 @@ use clap::{Parser, Subcommand};
 
 // HLO modules are many small allocations; mimalloc is markedly faster than glibc's.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::MiMalloc = alloc::MiMalloc;
 use std::process::ExitCode;
 
 #[derive(Parser)]

@@ -76,6 +76,8 @@ pub(crate) fn run_entry(
         loops: Default::default(),
         plans: Default::default(),
         constants: Default::default(),
+        envs: Default::default(),
+        dots: Default::default(),
     };
     let out = interp.run(m.entry, &args)?;
     let mut leaves = Vec::new();
@@ -124,10 +126,34 @@ pub(crate) fn array_dims(
     Ok((a.ty, a.dims.iter().map(|&d| d as usize).collect()))
 }
 
+/// A computation's arguments: shared with the caller, or handed over (then
+/// each parameter moves its argument into the computation).
+enum Args<'a> {
+    Borrowed(&'a [Arc<Value>]),
+    /// One argument (a loop's state).
+    Owned(Option<Arc<Value>>),
+}
+
+impl Args<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Args::Borrowed(a) => a.len(),
+            Args::Owned(_) => 1,
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Option<Arc<Value>> {
+        match self {
+            Args::Borrowed(a) => a.get(n).cloned(),
+            Args::Owned(a) if n == 0 => a.take(),
+            Args::Owned(_) => None,
+        }
+    }
+}
+
 /// How a computation is evaluated, worked out once per run and reused by every
 /// call (a loop body runs it once per iteration).
 pub(crate) struct CompPlan {
-    tiling: fused::Tiling,
     /// The instructions evaluated, in text order (a tiled chain's inside skipped).
     steps: Vec<Step>,
     /// Slot of the root.
@@ -150,6 +176,8 @@ struct Step {
     /// Bytes the result allocates (0 for ops that share their operand's storage).
     bytes: u64,
     kind: StepKind,
+    /// The tiled chain a [`StepKind::Tiled`] step evaluates.
+    chain: Option<Rc<fused::Plan>>,
 }
 
 /// How a step is evaluated: the ops that only move values between slots are
@@ -165,6 +193,10 @@ enum StepKind {
     Element(usize),
     /// The end of a tiled elementwise chain.
     Tiled,
+    /// `dynamic-update-slice`: in place when the operand is not shared.
+    UpdateSlice,
+    /// `reshape`: the operand's storage itself when it is not shared.
+    Reshape,
     /// Anything else: [`Interp::eval`].
     Kernel,
 }
@@ -184,6 +216,8 @@ impl StepKind {
                 Some(Ok(i)) => StepKind::Element(i),
                 _ => StepKind::Kernel,
             },
+            Opcode::DynamicUpdateSlice => StepKind::UpdateSlice,
+            Opcode::Reshape => StepKind::Reshape,
             _ => StepKind::Kernel,
         }
     }
@@ -194,11 +228,20 @@ impl StepKind {
 const SPLICE_FACTOR: usize = 4;
 const SPLICE_EXTRA: usize = 4096;
 
+/// Calls nested this deep inside a spliced callee run as calls: splicing
+/// recurses once per level, so the input's call nesting must not drive it.
+const MAX_SPLICE_DEPTH: u32 = 8;
+
 impl CompPlan {
     fn new(interp: &Interp, c: CompId) -> CompPlan {
+        CompPlan::nested(interp, c, 0)
+    }
+
+    /// The plan of `c`, whose calls are spliced if `depth` allows.
+    fn nested(interp: &Interp, c: CompId, depth: u32) -> CompPlan {
         let m = interp.m;
         let comp = m.comp(c);
-        let mut tiling = fused::tiling(interp, c);
+        let tiling = fused::tiling(interp, c);
         let mut slot: HashMap<InstrId, usize> = comp
             .instrs
             .iter()
@@ -225,12 +268,15 @@ impl CompPlan {
                 .collect();
             if !tiled {
                 let fits = |callee: CompId| m.comp(callee).instrs.len() <= splice_budget;
-                if let Some(callee) = interp.leaf_callee(id).filter(|&c| fits(c)) {
-                    let sub = CompPlan::new(interp, callee);
+                let callee = (depth < MAX_SPLICE_DEPTH)
+                    .then(|| interp.leaf_callee(id))
+                    .flatten()
+                    .filter(|&c| fits(c));
+                if let Some(callee) = callee {
+                    let sub = CompPlan::nested(interp, callee, depth + 1);
                     if sub.steps.len() <= splice_budget {
                         if let Some(root) = splice(m, &mut steps, &mut env_len, &reads, &sub) {
                             splice_budget -= sub.steps.len();
-                            tiling.plans.extend(sub.tiling.plans);
                             slot.insert(id, root);
                             continue;
                         }
@@ -243,9 +289,12 @@ impl CompPlan {
                 reads,
                 bytes: crate::memory::allocation_bytes(m.instr(id)),
                 kind: StepKind::of(m.instr(id), tiled),
+                chain: tiling.plans.get(&id).cloned(),
             });
         }
-        let root = slot.get(&comp.root).copied().unwrap_or(usize::MAX);
+        let mut root = slot.get(&comp.root).copied().unwrap_or(usize::MAX);
+        forward_tuple_elements(&mut steps, &mut root);
+        remove_dead_steps(m, &mut steps, root);
         // The last read of each slot, as (step, position in its reads).
         let mut last_read: HashMap<usize, (usize, usize)> = HashMap::new();
         for (k, st) in steps.iter().enumerate() {
@@ -259,10 +308,80 @@ impl CompPlan {
             }
         }
         CompPlan {
-            tiling,
             steps,
             root,
             env_len,
+        }
+    }
+}
+
+/// Reads an element of a tuple built in the same plan straight from the
+/// slot of the tuple's operand (XLA's simplifier folds the same pattern):
+/// spliced calls return tuples that their callers take apart at once.
+fn forward_tuple_elements(steps: &mut Vec<Step>, root: &mut usize) {
+    let mut alias: HashMap<usize, usize> = HashMap::new();
+    let mut tuples: HashMap<usize, Vec<usize>> = HashMap::new();
+    let resolve = |alias: &HashMap<usize, usize>, r: usize| *alias.get(&r).unwrap_or(&r);
+    steps.retain_mut(|st| {
+        for read in &mut st.reads {
+            read.0 = resolve(&alias, read.0);
+        }
+        match st.kind {
+            StepKind::Tuple => {
+                tuples.insert(st.slot, st.reads.iter().map(|r| r.0).collect());
+                true
+            }
+            StepKind::Element(i) => {
+                let elem = st
+                    .reads
+                    .first()
+                    .and_then(|r| tuples.get(&r.0)?.get(i).copied());
+                match elem {
+                    Some(e) => {
+                        alias.insert(st.slot, e);
+                        false
+                    }
+                    None => true,
+                }
+            }
+            _ => true,
+        }
+    });
+    *root = resolve(&alias, *root);
+}
+
+/// Drops steps whose result nobody reads and whose evaluation has no effect
+/// beyond it (a loop condition reads one element of the state it is given;
+/// a forwarded tuple may be read by no one).
+fn remove_dead_steps(m: &Module, steps: &mut Vec<Step>, root: usize) {
+    let mut live = vec![false; steps.len()];
+    let mut needed: std::collections::HashSet<usize> = std::collections::HashSet::from([root]);
+    for (k, st) in steps.iter().enumerate().rev() {
+        if needed.contains(&st.slot) || !effect_free(m, st) {
+            live[k] = true;
+            needed.extend(st.reads.iter().map(|r| r.0));
+        }
+    }
+    let mut k = 0;
+    steps.retain(|_| {
+        k += 1;
+        live[k - 1]
+    });
+}
+
+/// Whether a step only computes its result: no collective, no state, no
+/// nested computation that could hold either, nothing that reports an error
+/// a user would miss.
+fn effect_free(m: &Module, st: &Step) -> bool {
+    match st.kind {
+        StepKind::Parameter(_) | StepKind::Tuple | StepKind::Element(_) | StepKind::Tiled => true,
+        StepKind::UpdateSlice | StepKind::Reshape => true,
+        StepKind::Kernel => {
+            let op = m.instr(st.id).opcode;
+            matches!(
+                op,
+                Opcode::Constant | Opcode::Broadcast | Opcode::Reshape | Opcode::Bitcast
+            ) || matches!(op.category(), OpCategory::Unary | OpCategory::Binary)
         }
     }
 }
@@ -304,6 +423,7 @@ fn splice(
                 .collect(),
             bytes: st.bytes,
             kind: st.kind,
+            chain: st.chain.clone(),
         });
     }
     Some(root)
@@ -328,11 +448,27 @@ pub(crate) struct Interp<'m> {
     /// Constants already turned into values: a loop body's constants are
     /// built once, not once per iteration (they are immutable, so shared).
     pub constants: std::cell::RefCell<Vec<Option<Arc<Value>>>>,
+    /// Dot dimension numbers by instruction, read on first use.
+    dots: std::cell::RefCell<Vec<Option<Rc<ops::DotNumbers>>>>,
+    /// Environments of finished evaluations, kept for the next one: a loop
+    /// runs its condition and body once per iteration.
+    envs: std::cell::RefCell<Vec<Vec<Option<Arc<Value>>>>>,
 }
 
 impl<'m> Interp<'m> {
     /// Evaluates computation `c` with parameters `args`.
     pub fn run(&self, c: CompId, args: &[Arc<Value>]) -> Result<Arc<Value>, InterpError> {
+        self.run_args(c, Args::Borrowed(args))
+    }
+
+    /// [`Interp::run`] of a one-parameter computation on an argument it owns:
+    /// a value only it holds can be updated in place (a loop's state, handed
+    /// from one iteration to the next).
+    fn run_owned(&self, c: CompId, arg: Arc<Value>) -> Result<Arc<Value>, InterpError> {
+        self.run_args(c, Args::Owned(Some(arg)))
+    }
+
+    fn run_args(&self, c: CompId, mut args: Args) -> Result<Arc<Value>, InterpError> {
         let comp = self.m.comp(c);
         if args.len() != comp.params.len() {
             return Err(InterpError::Internal(format!(
@@ -343,7 +479,23 @@ impl<'m> Interp<'m> {
             )));
         }
         let plan = self.comp_plan(c);
-        let mut env: Vec<Option<Arc<Value>>> = vec![None; plan.env_len];
+        let mut env = self.envs.borrow_mut().pop().unwrap_or_default();
+        env.resize(plan.env_len, None);
+        let out = self.run_plan(c, &plan, &mut args, &mut env);
+        env.clear();
+        self.envs.borrow_mut().push(env);
+        out
+    }
+
+    /// Runs `plan`, the plan of computation `c`, in `env` (all empty slots).
+    fn run_plan(
+        &self,
+        c: CompId,
+        plan: &CompPlan,
+        args: &mut Args,
+        env: &mut [Option<Arc<Value>>],
+    ) -> Result<Arc<Value>, InterpError> {
+        let comp = self.m.comp(c);
         let mut inputs: Vec<Arc<Value>> = Vec::new();
         for st in &plan.steps {
             self.step(c)?;
@@ -366,20 +518,34 @@ impl<'m> Interp<'m> {
                 crate::memory::check_allocation(self.m.instr(st.id), self.max_alloc)?;
             }
             let v = match st.kind {
-                StepKind::Parameter(n) if n < args.len() => args[n].clone(),
+                StepKind::Parameter(n) => args.take(n).ok_or_else(|| {
+                    InterpError::Internal(format!("parameter {n} is missing or read twice"))
+                })?,
                 StepKind::Tuple => Arc::new(Value::Tuple(std::mem::take(&mut inputs))),
                 StepKind::Element(i) => match inputs.first().map(|t| &**t) {
                     Some(Value::Tuple(t)) if i < t.len() => t[i].clone(),
-                    _ => self.instr_value(st.id, args, &inputs)?,
+                    _ => self.instr_value(st.id, &[], &inputs)?,
                 },
                 StepKind::Tiled => {
-                    let fp =
-                        plan.tiling.plans.get(&st.id).ok_or_else(|| {
-                            InterpError::Internal("tiled chain without plan".into())
-                        })?;
+                    let fp = st
+                        .chain
+                        .as_deref()
+                        .ok_or_else(|| InterpError::Internal("tiled chain without plan".into()))?;
                     fused::eval_plan(fp, &inputs)?
                 }
-                _ => self.instr_value(st.id, args, &inputs)?,
+                StepKind::UpdateSlice => match ops::update_slice_in_place(&mut inputs)
+                    .map_err(|e| e.at(&self.m.instr(st.id).name))?
+                {
+                    Some(v) => v,
+                    None => self.instr_value(st.id, &[], &inputs)?,
+                },
+                StepKind::Reshape => match ops::reshape_in_place(self.m.instr(st.id), &mut inputs)
+                    .map_err(|e| e.at(&self.m.instr(st.id).name))?
+                {
+                    Some(v) => v,
+                    None => self.instr_value(st.id, &[], &inputs)?,
+                },
+                _ => self.instr_value(st.id, &[], &inputs)?,
             };
             inputs.clear();
             env[st.slot] = Some(v);
@@ -390,7 +556,8 @@ impl<'m> Interp<'m> {
     }
 
     /// The computation a `call` or `fusion` runs when it is a leaf (nothing in
-    /// it calls, loops or branches) small enough to splice into the caller's
+    /// it loops, branches or runs asynchronously; its own calls are spliced
+    /// in turn or run as calls) small enough to splice into the caller's
     /// plan: running its instructions in the caller's loop saves a nested
     /// evaluation per call (a scan's body calls several per iteration).
     fn leaf_callee(&self, id: InstrId) -> Option<CompId> {
@@ -408,9 +575,7 @@ impl<'m> Interp<'m> {
                 let op = self.m.instr(i).opcode;
                 !matches!(
                     op,
-                    Opcode::Call
-                        | Opcode::Fusion
-                        | Opcode::While
+                    Opcode::While
                         | Opcode::Conditional
                         | Opcode::AsyncStart
                         | Opcode::AsyncUpdate
@@ -418,6 +583,20 @@ impl<'m> Interp<'m> {
                 )
             });
         leaf.then_some(callee)
+    }
+
+    /// The dimension numbers of dot `id`, read from its attributes on first use.
+    pub(crate) fn dot_numbers(&self, id: InstrId) -> Rc<ops::DotNumbers> {
+        if let Some(Some(d)) = self.dots.borrow().get(id.index()) {
+            return d.clone();
+        }
+        let d = Rc::new(ops::DotNumbers::of(self.m.instr(id)));
+        let mut cache = self.dots.borrow_mut();
+        if cache.len() <= id.index() {
+            cache.resize(self.m.instrs.len().max(id.index() + 1), None);
+        }
+        cache[id.index()] = Some(d.clone());
+        d
     }
 
     /// The evaluation plan of computation `c`, built on first use.
@@ -666,7 +845,7 @@ impl Interp<'_> {
                     MAX_LOOP_ITERATIONS,
                 ));
             }
-            state = self.run(body, std::slice::from_ref(&state))?;
+            state = self.run_owned(body, state)?;
         }
     }
 }

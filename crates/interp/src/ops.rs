@@ -230,7 +230,7 @@ fn scalar_starts(ops: &[Arc<Value>], first: usize) -> Result<Vec<i64>, InterpErr
         return rest[0].as_array()?.to_index_i64s();
     }
     rest.iter()
-        .map(|v| Ok(v.as_array()?.to_index_i64s()?.first().copied().unwrap_or(0)))
+        .map(|v| v.as_array()?.first_index_i64())
         .collect()
 }
 
@@ -306,34 +306,123 @@ pub fn dynamic_slice(a: &Array, starts: &[i64], sizes: &[usize]) -> Result<Array
 }
 
 pub fn dynamic_update_slice(a: &Array, upd: &Array, starts: &[i64]) -> Result<Array, InterpError> {
-    let s = clamp_starts(starts, &a.dims, &upd.dims)?;
     let mut out = a.clone();
-    let idx = placement(&upd.dims, &a.dims, &s);
-    out.data.put(&idx, &upd.data)?;
+    update_slice(&mut out, upd, starts)?;
     Ok(out)
 }
 
-fn dot_dims(interp: &Interp, id: InstrId, name: &str) -> Vec<usize> {
-    interp
-        .m
-        .instr(id)
-        .attr_ints(name)
-        .unwrap_or(&[])
-        .iter()
-        .map(|&d| d as usize)
-        .collect()
+/// `dynamic-update-slice(operand, update, starts...)` written into the
+/// operand itself, when `ops[0]` is its only holder: the result is that
+/// value, moved out of `ops`. `None` (nothing changed) when it is shared or
+/// not an array of the update's type.
+pub(crate) fn update_slice_in_place(
+    ops: &mut Vec<Arc<Value>>,
+) -> Result<Option<Arc<Value>>, InterpError> {
+    if ops.len() < 2 {
+        return Ok(None);
+    }
+    let starts = scalar_starts(ops, 2)?;
+    let (first, rest) = ops.split_at_mut(1);
+    let upd = rest[0].as_array()?;
+    let Some(Value::Array(a)) = Arc::get_mut(&mut first[0]) else {
+        return Ok(None);
+    };
+    if a.ty != upd.ty || a.dims.len() != upd.dims.len() {
+        return Ok(None);
+    }
+    update_slice(a, upd, &starts)?;
+    Ok(Some(ops.swap_remove(0)))
 }
+
+/// `reshape` of `ops[0]` by relabelling its dims, when it is the only
+/// holder of its storage (row-major data needs no move); `None`, changing
+/// nothing, otherwise.
+pub(crate) fn reshape_in_place(
+    ins: &tpusim_hlo::Instruction,
+    ops: &mut Vec<Arc<Value>>,
+) -> Result<Option<Arc<Value>>, InterpError> {
+    let (ty, dims) = crate::eval::array_dims(&ins.shape)?;
+    let Some(Value::Array(a)) = ops.first_mut().and_then(Arc::get_mut) else {
+        return Ok(None);
+    };
+    if a.ty != ty || a.len() != elem_count(&dims) {
+        return Ok(None);
+    }
+    a.dims = dims;
+    Ok(Some(ops.swap_remove(0)))
+}
+
+/// Writes `upd` into `a` at `starts` (clamped as XLA clamps them), one
+/// contiguous row of the update at a time.
+fn update_slice(a: &mut Array, upd: &Array, starts: &[i64]) -> Result<(), InterpError> {
+    let s = clamp_starts(starts, &a.dims, &upd.dims)?;
+    if upd.dims.len() != a.dims.len() {
+        return Err(internal("update rank differs from the operand's"));
+    }
+    let Some((&row, outer_dims)) = upd.dims.split_last() else {
+        return a.data.copy_run(0, &upd.data, 0, 1);
+    };
+    if row == 0 || upd.is_empty() {
+        return Ok(());
+    }
+    let ost = strides(&a.dims);
+    let base: usize = s.iter().zip(&ost).map(|(x, t)| x * t).sum();
+    let ust = strides(outer_dims);
+    for r in 0..upd.len() / row {
+        let off: usize = outer_dims
+            .iter()
+            .zip(&ust)
+            .zip(&ost)
+            .map(|((&d, &u), &o)| (r / u) % d * o)
+            .sum();
+        a.data.copy_run(base + off, &upd.data, r * row, row)?;
+    }
+    Ok(())
+}
+
+/// A dot's dimension numbers and algorithm, read from its attributes once
+/// per run (a loop body's dot is evaluated once per iteration).
+pub(crate) struct DotNumbers {
+    lhs_batch: DimList,
+    lhs_contracting: DimList,
+    rhs_batch: DimList,
+    rhs_contracting: DimList,
+    algorithm: Option<String>,
+}
+
+impl DotNumbers {
+    pub(crate) fn of(ins: &tpusim_hlo::Instruction) -> DotNumbers {
+        let dims = |name: &str| -> DimList {
+            ins.attr_ints(name)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&d| d as usize)
+                .collect()
+        };
+        DotNumbers {
+            lhs_batch: dims("lhs_batch_dims"),
+            lhs_contracting: dims("lhs_contracting_dims"),
+            rhs_batch: dims("rhs_batch_dims"),
+            rhs_contracting: dims("rhs_contracting_dims"),
+            algorithm: ins.attr_ident("algorithm").map(str::to_owned),
+        }
+    }
+}
+
+/// A few dimension numbers, kept inline (a dot's are read on every call).
+pub(crate) type DimList = smallvec::SmallVec<[usize; 6]>;
 
 /// Stride of a group of dimensions read as one flattened index (in the order
 /// given), if the layout allows it without a copy. Size-1 dimensions never matter.
 fn merged_stride(dims: &[usize], st: &[usize], group: &[usize]) -> Option<usize> {
-    let g: Vec<usize> = group.iter().copied().filter(|&d| dims[d] != 1).collect();
-    let Some(&last) = g.last() else {
-        return Some(0);
-    };
-    g.windows(2)
-        .all(|w| st[w[0]] == st[w[1]] * dims[w[1]])
-        .then_some(st[last])
+    let mut prev: Option<usize> = None;
+    for &d in group.iter().filter(|&&d| dims[d] != 1) {
+        if prev.is_some_and(|p| st[p] != st[d] * dims[d]) {
+            return None;
+        }
+        prev = Some(d);
+    }
+    Some(prev.map_or(0, |last| st[last]))
 }
 
 /// An operand seen as `[batch, rows, cols]` matrices: strided when its layout
@@ -344,7 +433,10 @@ fn matrix_view<'a>(
     rows: &[usize],
     cols: &[usize],
 ) -> Result<(Cow<'a, Array>, Strides), InterpError> {
-    let st = strides(&a.dims);
+    let mut st = DimList::from_elem(1, a.dims.len());
+    for i in (1..a.dims.len()).rev() {
+        st[i - 1] = st[i] * a.dims[i];
+    }
     let merged = [batch, rows, cols].map(|g| merged_stride(&a.dims, &st, g));
     if let [Some(b), Some(r), Some(c)] = merged {
         return Ok((
@@ -376,7 +468,7 @@ pub fn dot(
     ty: T,
     dims: Vec<usize>,
 ) -> Result<Array, InterpError> {
-    let free = |rank: usize, b: &[usize], c: &[usize]| -> Vec<usize> {
+    let free = |rank: usize, b: &[usize], c: &[usize]| -> DimList {
         (0..rank)
             .filter(|d| !b.contains(d) && !c.contains(d))
             .collect()
@@ -563,13 +655,8 @@ pub fn array_op(
                 a.data.take_affine(&dims, &coef, base)?,
             ))
         }
-        Opcode::DynamicSlice => {
-            let sizes: Vec<usize> = ints(id, interp, "dynamic_slice_sizes")?
-                .iter()
-                .map(|&d| d as usize)
-                .collect();
-            dynamic_slice(arr(0)?, &scalar_starts(ops, 1)?, &sizes)
-        }
+        // The verifier checked that the result shape is `dynamic_slice_sizes`.
+        Opcode::DynamicSlice => dynamic_slice(arr(0)?, &scalar_starts(ops, 1)?, &dims),
         Opcode::DynamicUpdateSlice => {
             dynamic_update_slice(arr(0)?, arr(1)?, &scalar_starts(ops, 2)?)
         }
@@ -612,16 +699,19 @@ pub fn array_op(
         }
         Opcode::Clamp => ew::clamp(arr(0)?, arr(1)?, arr(2)?),
         Opcode::Dot => {
-            let lb = dot_dims(interp, id, "lhs_batch_dims");
-            let lc = dot_dims(interp, id, "lhs_contracting_dims");
-            let rb = dot_dims(interp, id, "rhs_batch_dims");
-            let rc = dot_dims(interp, id, "rhs_contracting_dims");
-            if let Some(alg) = ins.attr_ident("algorithm") {
+            let d = interp.dot_numbers(id);
+            let (lb, lc, rb, rc) = (
+                &d.lhs_batch,
+                &d.lhs_contracting,
+                &d.rhs_batch,
+                &d.rhs_contracting,
+            );
+            if let Some(alg) = &d.algorithm {
                 let l = crate::dots::round_for_algorithm(alg, arr(0)?)?;
                 let r = crate::dots::round_for_algorithm(alg, arr(1)?)?;
-                return dot(&l, &r, &lb, &lc, &rb, &rc, ty, dims);
+                return dot(&l, &r, lb, lc, rb, rc, ty, dims);
             }
-            dot(arr(0)?, arr(1)?, &lb, &lc, &rb, &rc, ty, dims)
+            dot(arr(0)?, arr(1)?, lb, lc, rb, rc, ty, dims)
         }
         Opcode::Convolution => crate::conv::convolution(interp, id, arr(0)?, arr(1)?, ty, dims),
         Opcode::GetDimensionSize => {
@@ -1130,4 +1220,77 @@ fn fast_reduce(
             Array::from_op_f32s(x.ty, dims, r)
         }
     })
+}
+
+#[cfg(test)]
+mod in_place_tests {
+    use super::*;
+
+    fn array(dims: Vec<usize>, v: Vec<f32>) -> Arc<Value> {
+        Arc::new(Value::Array(Array::from_f32s(T::F32, dims, v)))
+    }
+
+    fn index(i: i64) -> Arc<Value> {
+        Arc::new(Value::Array(Array::from_i64s(T::S32, vec![], &[i])))
+    }
+
+    fn data_ptr(v: &Arc<Value>) -> *const f32 {
+        match &v.as_array().unwrap().data {
+            Data::F32(d) => d.as_ptr(),
+            _ => panic!("not f32"),
+        }
+    }
+
+    #[test]
+    fn an_unshared_operand_is_updated_in_its_own_storage() {
+        let operand = array(vec![3, 4], (0..12).map(|i| i as f32).collect());
+        let before = data_ptr(&operand);
+        // Row 2 clamps to row 1: a [2, 2] update fits only from row 1 on.
+        let update = array(vec![2, 2], vec![-1.0, -2.0, -3.0, -4.0]);
+        let mut ops = vec![operand, update.clone(), index(2), index(1)];
+        let out = update_slice_in_place(&mut ops).unwrap().expect("in place");
+        assert_eq!(data_ptr(&out), before);
+        let want = [0., 1., 2., 3., 4., -1., -2., 7., 8., -3., -4., 11.];
+        assert_eq!(out.as_array().unwrap().to_f32s(), want);
+        let copy = dynamic_update_slice(
+            &Array::from_f32s(T::F32, vec![3, 4], (0..12).map(|i| i as f32).collect()),
+            update.as_array().unwrap(),
+            &[2, 1],
+        )
+        .unwrap();
+        assert_eq!(copy.to_f32s(), want);
+    }
+
+    #[test]
+    fn a_shared_operand_is_left_alone() {
+        let operand = array(vec![4], vec![1.0; 4]);
+        let keep = operand.clone();
+        let mut ops = vec![operand, array(vec![1], vec![9.0]), index(0)];
+        assert!(update_slice_in_place(&mut ops).unwrap().is_none());
+        assert_eq!(keep.as_array().unwrap().to_f32s(), vec![1.0; 4]);
+        let mut ops = vec![keep.clone(), keep];
+        let ins = tpusim_hlo::parse_module(
+            "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT r = f32[2,2] reshape(p)\n}\n",
+        )
+        .unwrap();
+        let reshape = ins.instr(ins.comp(ins.entry).root);
+        assert!(reshape_in_place(reshape, &mut ops).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_unshared_reshape_keeps_its_storage() {
+        let m = tpusim_hlo::parse_module(
+            "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT r = f32[2,2] reshape(p)\n}\n",
+        )
+        .unwrap();
+        let reshape = m.instr(m.comp(m.entry).root);
+        let operand = array(vec![4], vec![1.0, 2.0, 3.0, 4.0]);
+        let before = data_ptr(&operand);
+        let mut ops = vec![operand];
+        let out = reshape_in_place(reshape, &mut ops)
+            .unwrap()
+            .expect("in place");
+        assert_eq!(data_ptr(&out), before);
+        assert_eq!(out.as_array().unwrap().dims, vec![2, 2]);
+    }
 }

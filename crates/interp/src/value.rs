@@ -380,6 +380,18 @@ impl Array {
             ))),
         }
     }
+    /// The first element of an index array as i64 (0 for an empty one), as
+    /// [`Array::to_index_i64s`] reads it, without converting the rest.
+    pub fn first_index_i64(&self) -> Result<i64, InterpError> {
+        match &self.data {
+            Data::I64(v) => Ok(v.first().copied().unwrap_or(0)),
+            Data::U64(v) => Ok(v.first().map_or(0, |&x| x.min(i64::MAX as u64) as i64)),
+            _ => Err(InterpError::Internal(format!(
+                "index operand must be an integer, found {}",
+                self.ty
+            ))),
+        }
+    }
     /// The single element of a scalar pred/int array as i64.
     pub fn scalar_i64(&self) -> Result<i64, InterpError> {
         let v = match &self.data {
