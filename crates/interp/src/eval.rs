@@ -429,6 +429,40 @@ fn splice(
     Some(root)
 }
 
+/// A table by computation or instruction index, each entry made on first
+/// use and shared by every later evaluation of the run (a loop body's plan,
+/// constants and dots are needed once per iteration).
+pub(crate) struct Lazy<T>(std::cell::RefCell<Vec<Option<T>>>);
+
+impl<T> Default for Lazy<T> {
+    fn default() -> Self {
+        Lazy(Default::default())
+    }
+}
+
+impl<T: Clone> Lazy<T> {
+    fn get_or_try_make<E>(&self, i: usize, make: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        if let Some(Some(v)) = self.0.borrow().get(i) {
+            return Ok(v.clone());
+        }
+        // Made with the table unborrowed: making a plan may need another.
+        let v = make()?;
+        let mut table = self.0.borrow_mut();
+        if table.len() <= i {
+            table.resize(i + 1, None);
+        }
+        table[i] = Some(v.clone());
+        Ok(v)
+    }
+
+    fn get_or_make(&self, i: usize, make: impl FnOnce() -> T) -> T {
+        match self.get_or_try_make(i, || Ok::<T, std::convert::Infallible>(make())) {
+            Ok(v) => v,
+            Err(never) => match never {},
+        }
+    }
+}
+
 pub(crate) struct Interp<'m> {
     pub m: &'m Module,
     /// The simulated device this interpreter runs as (ids, rendezvous).
@@ -444,12 +478,12 @@ pub(crate) struct Interp<'m> {
     /// The `while` instructions being executed, outermost first (for messages).
     pub loops: std::cell::RefCell<Vec<InstrId>>,
     /// Evaluation plans by computation, built on first use.
-    pub plans: std::cell::RefCell<Vec<Option<Rc<CompPlan>>>>,
+    plans: Lazy<Rc<CompPlan>>,
     /// Constants already turned into values: a loop body's constants are
     /// built once, not once per iteration (they are immutable, so shared).
-    pub constants: std::cell::RefCell<Vec<Option<Arc<Value>>>>,
+    constants: Lazy<Arc<Value>>,
     /// Dot dimension numbers by instruction, read on first use.
-    dots: std::cell::RefCell<Vec<Option<Rc<ops::DotNumbers>>>>,
+    dots: Lazy<Rc<ops::DotNumbers>>,
     /// Environments of finished evaluations, kept for the next one: a loop
     /// runs its condition and body once per iteration.
     envs: std::cell::RefCell<Vec<Vec<Option<Arc<Value>>>>>,
@@ -587,31 +621,15 @@ impl<'m> Interp<'m> {
 
     /// The dimension numbers of dot `id`, read from its attributes on first use.
     pub(crate) fn dot_numbers(&self, id: InstrId) -> Rc<ops::DotNumbers> {
-        if let Some(Some(d)) = self.dots.borrow().get(id.index()) {
-            return d.clone();
-        }
-        let d = Rc::new(ops::DotNumbers::of(self.m.instr(id)));
-        let mut cache = self.dots.borrow_mut();
-        if cache.len() <= id.index() {
-            cache.resize(self.m.instrs.len().max(id.index() + 1), None);
-        }
-        cache[id.index()] = Some(d.clone());
-        d
+        self.dots.get_or_make(id.index(), || {
+            Rc::new(ops::DotNumbers::of(self.m.instr(id)))
+        })
     }
 
     /// The evaluation plan of computation `c`, built on first use.
     fn comp_plan(&self, c: CompId) -> Rc<CompPlan> {
-        let i = c.0 as usize;
-        if let Some(Some(p)) = self.plans.borrow().get(i) {
-            return p.clone();
-        }
-        let p = Rc::new(CompPlan::new(self, c));
-        let mut plans = self.plans.borrow_mut();
-        if plans.len() <= i {
-            plans.resize(i + 1, None);
-        }
-        plans[i] = Some(p.clone());
-        p
+        self.plans
+            .get_or_make(c.index(), || Rc::new(CompPlan::new(self, c)))
     }
 
     /// Counts one step against the run's limits; stops the run (and, through the
@@ -669,18 +687,9 @@ impl<'m> Interp<'m> {
         match ins.opcode {
             Opcode::Constant => match &ins.literal {
                 Some(Literal::Elided) => Err(InterpError::ElidedConstant(ins.name.clone())),
-                Some(lit) => {
-                    if let Some(Some(v)) = self.constants.borrow().get(id.index()) {
-                        return Ok(v.clone());
-                    }
-                    let v = Arc::new(literal_value(lit, &ins.shape)?);
-                    let mut cache = self.constants.borrow_mut();
-                    if cache.len() <= id.index() {
-                        cache.resize(self.m.instrs.len().max(id.index() + 1), None);
-                    }
-                    cache[id.index()] = Some(v.clone());
-                    Ok(v)
-                }
+                Some(lit) => self
+                    .constants
+                    .get_or_try_make(id.index(), || literal_value(lit, &ins.shape).map(Arc::new)),
                 None => Err(InterpError::Internal("constant without literal".into())),
             },
             Opcode::Tuple => Ok(Arc::new(Value::Tuple(ops.to_vec()))),

@@ -221,6 +221,9 @@ pub(crate) struct Plan {
     covered: Vec<InstrId>,
     root_ty: T,
     dims: Vec<usize>,
+    /// Nodes before the root that compute a tile (not inputs): the scratch
+    /// tiles a tile's evaluation needs.
+    scratch_tiles: usize,
 }
 
 impl Plan {
@@ -310,8 +313,14 @@ fn plan(interp: &Interp, root: InstrId) -> Option<Plan> {
         covered: Vec::new(),
         root_ty,
         dims,
+        scratch_tiles: 0,
     };
     build(interp, root, &mut index, &mut p, 0)?;
+    let before_root = &p.nodes[..p.nodes.len().saturating_sub(1)];
+    p.scratch_tiles = before_root
+        .iter()
+        .filter(|(n, _)| !matches!(n, Node::Input(_)))
+        .count();
     Some(p)
 }
 
@@ -452,15 +461,11 @@ unsafe fn eval_tile_avx2(p: &Plan, inputs: &[&[f32]], start: usize, dst: &mut [f
 
 #[inline(always)]
 fn eval_tile_any(p: &Plan, inputs: &[&[f32]], start: usize, dst: &mut [f32]) {
-    let computed = p.nodes.iter().rev().skip(1);
-    let computed = computed
-        .filter(|(n, _)| !matches!(n, Node::Input(_)))
-        .count();
     // Every node overwrites its whole tile before it is read, so the buffer
     // is only zeroed when it grows. (Taken out of the thread-local rather
     // than used in a closure, which would not run with the caller's AVX2.)
     let mut scratch = SCRATCH.with(std::cell::Cell::take);
-    let need = computed * dst.len();
+    let need = p.scratch_tiles * dst.len();
     if scratch.len() < need {
         scratch.resize(need, 0.0);
     }

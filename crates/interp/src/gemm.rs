@@ -190,12 +190,13 @@ pub fn batched_matmul<T: GemmScalar>(
         }
     };
     if n == 1 && k > 0 && ls.col == 1 && rs.row == 1 {
-        let mut done = true;
-        for (b, dst) in out.chunks_mut(m).enumerate() {
+        // Every batch takes the kernel, or none does (it depends on the type,
+        // the CPU and the row stride only).
+        let taken = out.chunks_mut(m).enumerate().all(|(b, dst)| {
             let (lhs_b, rhs_b) = (&lhs[b * ls.batch..], &rhs[b * rs.batch..][..k]);
-            done &= T::row_matvec(lhs_b, ls.row, rhs_b, dst);
-        }
-        if done {
+            T::row_matvec(lhs_b, ls.row, rhs_b, dst)
+        });
+        if taken {
             return Ok(out);
         }
     }
