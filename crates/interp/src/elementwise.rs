@@ -1,7 +1,7 @@
 //! Whole-array elementwise kernels: unary, binary, compare, clamp, convert.
 
 use crate::strided::{map1, map2};
-use crate::value::{wrap_signed, wrap_unsigned, Array, Data};
+use crate::value::{same_dims, wrap_signed, wrap_unsigned, Array, Data};
 use crate::InterpError;
 use tpusim_hlo::{Opcode, PrimitiveType as T};
 
@@ -10,7 +10,7 @@ fn unsupported(op: Opcode, ty: T) -> InterpError {
 }
 
 fn len_check(a: &Array, b: &Array) -> Result<(), InterpError> {
-    if a.dims != b.dims {
+    if !same_dims(&a.dims, &b.dims) {
         return Err(InterpError::Internal(format!(
             "operand shapes differ: {:?} vs {:?}",
             a.dims, b.dims

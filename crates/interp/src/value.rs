@@ -143,6 +143,17 @@ impl Data {
     }
 }
 
+/// Whether two dimension lists are equal.
+///
+/// Slice `==` calls `memcmp` even for two empty lists, whose pointers are
+/// dangling. glibc's AVX-512 `memcmp` reads short inputs with a masked load,
+/// and on AMD Zen 4 a masked-off load from an unmapped address takes a
+/// microcode assist: comparing two scalars' dims cost 12% of a 1,000-step
+/// scan's time. Empty lists never reach `memcmp` here.
+pub(crate) fn same_dims(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
 /// A dense array in row-major logical order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Array {
