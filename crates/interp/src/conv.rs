@@ -1,15 +1,17 @@
 //! `convolution`, lowered to one batched GEMM through [`ops::dot`] (im2col).
 //!
-//! Both operands are first put in canonical order (lhs `[N, C, spatial...]`, rhs
-//! `[O, I, spatial...]`). For each feature group (or batch group) the input windows are
-//! gathered into a `[rows, I * window]` matrix, padded and dilated positions reading a
-//! zero. One batched dot over the groups then produces every output, with the same
+//! The kernel is put in canonical order (`[O, I, spatial...]`); the input is read
+//! where it lies, through its strides in canonical order (`[N, C, spatial...]`).
+//! For each feature group (or batch group) the input windows are gathered into a
+//! `[rows, I * window]` matrix, padded and dilated positions reading a zero. One
+//! batched dot over the groups then produces every output, with the same
 //! accumulation and rounding rules as `dot` (f32 for narrow floats, wrapping i64 for
-//! integers). The result is permuted into the output's dimension order.
+//! integers). The result is permuted into the output's dimension order (one move
+//! when there is one group).
 
 use crate::eval::Interp;
 use crate::ops::{dot, transpose};
-use crate::value::{elem_count, strides, Array, Data};
+use crate::value::{elem_count, map_data, strides, Array, Data};
 use crate::InterpError;
 use tpusim_hlo::attr::{AttrValue, ConvDimLabels, WindowDim};
 use tpusim_hlo::{InstrId, PrimitiveType as T};
@@ -113,9 +115,12 @@ fn conv_general(
             "convolution dim_labels do not match operand ranks",
         ));
     }
-    let lc = transpose(lhs, &lperm)?;
+    // The input is read where it lies: its dims and strides in canonical order.
+    let lhs_strides = strides(&lhs.dims);
+    let in_dims: Vec<usize> = lperm.iter().map(|&d| lhs.dims[d]).collect();
+    let in_strides: Vec<usize> = lperm.iter().map(|&d| lhs_strides[d]).collect();
     let rc = reverse_kernel(&transpose(rhs, &rperm)?, window);
-    let (n, c) = (lc.dims[0], lc.dims[1]);
+    let (n, c) = (in_dims[0], in_dims[1]);
     let (o, i) = (rc.dims[0], rc.dims[1]);
     let out_canon: Vec<usize> = operm.iter().map(|&d| dims[d]).collect();
     let g = groups.count;
@@ -130,33 +135,35 @@ fn conv_general(
     if !consistent {
         return Err(internal(format!(
             "convolution operand sizes do not fit: lhs {:?}, rhs {:?}, out {:?}, {g} groups",
-            lc.dims, rc.dims, out_canon
+            in_dims, rc.dims, out_canon
         )));
     }
-    let taps = tap_table(&lc.dims[2..], &rc.dims[2..], &out_canon[2..], window);
+    let taps = tap_table(
+        &in_dims[2..],
+        &in_strides[2..],
+        &rc.dims[2..],
+        &out_canon[2..],
+        window,
+    );
     let (p, kw) = (elem_count(&out_canon[2..]), elem_count(&rc.dims[2..]));
     let k = i * kw;
-    let in_sp = elem_count(&lc.dims[2..]);
-    let zero = lc.len();
-    let mut idx = Vec::with_capacity(g * n_out * p * k);
-    for grp in 0..g {
-        let (b0, f0) = if groups.by_batch {
-            (grp * n_out, 0)
-        } else {
-            (0, grp * i)
-        };
-        for b in 0..n_out {
-            for pos in 0..p {
-                let row = &taps[pos * kw..(pos + 1) * kw];
-                for ch in 0..i {
-                    let base = ((b0 + b) * c + f0 + ch) * in_sp;
-                    idx.extend(row.iter().map(|t| t.map_or(zero, |off| base + off)));
-                }
-            }
-        }
-    }
-    let padded = Data::concat(&[&lc.data, &Array::zeros(lc.ty, vec![1])?.data])?;
-    let cols = Array::new(lc.ty, vec![g, n_out * p, k], padded.take(&idx));
+    let windows = Windows {
+        taps: &taps,
+        kw,
+        groups: g,
+        by_batch: groups.by_batch,
+        batch: n_out,
+        per_group: i,
+        batch_stride: in_strides[0],
+        channel_stride: in_strides[1],
+    };
+    // The input with one zero after it: padding and holes read that element.
+    let padded = Data::concat(&[&lhs.data, &Array::zeros(lhs.ty, vec![1])?.data])?;
+    let cols = Array::new(
+        lhs.ty,
+        vec![g, n_out * p, k],
+        map_data!(&padded, v => windows.gather(v)),
+    );
     let kernel = Array::new(rc.ty, vec![g, o / g, k], rc.data);
     let prod = dot(
         &cols,
@@ -168,16 +175,83 @@ fn conv_general(
         ty,
         vec![g, n_out * p, o / g],
     )?;
-    // [g, n, p, o/g] -> [n, g, o/g, p] = canonical [N, O, spatial...].
-    let grouped = Array::new(ty, vec![g, n_out, p, o / g], prod.data);
-    let canon = transpose(&grouped, &[1, 0, 3, 2])?;
-    let canon = Array::new(ty, out_canon, canon.data);
     // Output dim d sits at canonical position inv[d].
     let mut inv = vec![0usize; dims.len()];
     for (pos, &d) in operm.iter().enumerate() {
         inv[d] = pos;
     }
+    if g == 1 {
+        // The product is [N, spatial..., O]: one move into the output's order.
+        let mut prod_dims = vec![n_out];
+        prod_dims.extend_from_slice(&out_canon[2..]);
+        prod_dims.push(o);
+        let last = prod_dims.len() - 1;
+        let from = |pos: usize| match pos {
+            0 => 0,
+            1 => last,
+            s => s - 1,
+        };
+        let perm: Vec<usize> = inv.iter().map(|&pos| from(pos)).collect();
+        let prod = Array::new(ty, prod_dims, prod.data);
+        let moved = if perm.iter().enumerate().all(|(a, &b)| a == b) {
+            prod
+        } else {
+            transpose(&prod, &perm)?
+        };
+        return Ok(Array::new(ty, dims, moved.data));
+    }
+    // [g, n, p, o/g] -> [n, g, o/g, p] = canonical [N, O, spatial...].
+    let grouped = Array::new(ty, vec![g, n_out, p, o / g], prod.data);
+    let canon = transpose(&grouped, &[1, 0, 3, 2])?;
+    let canon = Array::new(ty, out_canon, canon.data);
     transpose(&canon, &inv)
+}
+
+/// The im2col matrix of a convolution's input: per group, a row per
+/// (batch, output position) holding every (channel, kernel tap) element.
+struct Windows<'a> {
+    /// Per (output position, tap), the spatial offset read (see [`tap_table`]).
+    taps: &'a [Option<usize>],
+    /// Taps per output position.
+    kw: usize,
+    groups: usize,
+    /// Whether groups split the batch (else the channels).
+    by_batch: bool,
+    /// Batch rows per group.
+    batch: usize,
+    /// Input channels per group.
+    per_group: usize,
+    /// Input elements between consecutive batch rows and channels.
+    batch_stride: usize,
+    channel_stride: usize,
+}
+
+impl Windows<'_> {
+    /// The matrix, read from `v`: the input followed by one zero, which
+    /// padding and dilation holes read. Values are copied as they are
+    /// found, without listing their indices first.
+    fn gather<T: Copy>(&self, v: &[T]) -> Vec<T> {
+        let zero = v.len().saturating_sub(1);
+        let kw = self.kw.max(1);
+        let p = self.taps.len() / kw;
+        let mut out = Vec::with_capacity(self.groups * self.batch * p * self.per_group * self.kw);
+        for grp in 0..self.groups {
+            let (b0, f0) = if self.by_batch {
+                (grp * self.batch, 0)
+            } else {
+                (0, grp * self.per_group)
+            };
+            for b in 0..self.batch {
+                for taps in self.taps.chunks_exact(kw) {
+                    for ch in 0..self.per_group {
+                        let base = (b0 + b) * self.batch_stride + (f0 + ch) * self.channel_stride;
+                        out.extend(taps.iter().map(|t| v[t.map_or(zero, |off| base + off)]));
+                    }
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Flips the kernel's spatial dims that have `rhs_reversal` set.
@@ -202,16 +276,18 @@ fn reverse_kernel(rc: &Array, window: &[WindowDim]) -> Array {
     Array::new(rc.ty, rc.dims.clone(), rc.data.take(&idx))
 }
 
-/// For every (output position, kernel tap), the input spatial offset it reads, or
-/// `None` where it falls on padding or between dilated input elements.
+/// For every (output position, kernel tap), the input spatial offset it reads
+/// (with the input's spatial strides `ist`), or `None` where it falls on
+/// padding or between dilated input elements.
 fn tap_table(
     in_dims: &[usize],
+    ist: &[usize],
     k_dims: &[usize],
     out_dims: &[usize],
     window: &[WindowDim],
 ) -> Vec<Option<usize>> {
     let (p, kw) = (elem_count(out_dims), elem_count(k_dims));
-    let (ist, kst, ost) = (strides(in_dims), strides(k_dims), strides(out_dims));
+    let (kst, ost) = (strides(k_dims), strides(out_dims));
     let mut table = Vec::with_capacity(p * kw);
     for pos in 0..p {
         for tap in 0..kw {

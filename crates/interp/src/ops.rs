@@ -952,7 +952,34 @@ impl<'a> WindowGeometry<'a> {
         }
     }
 
+    /// The dimensions the window moves over, and the elements in the
+    /// trailing ones it leaves alone (size 1, unit stride, no padding or
+    /// dilation): there, one window element of a whole run of consecutive
+    /// outputs is a run of consecutive operand elements (pooling over
+    /// `[N, H, W, C]` runs along `C`).
+    fn trailing_run(&self) -> (usize, usize) {
+        let untouched = |k: &usize| {
+            let w = &self.window[*k];
+            w.size == 1
+                && w.stride == 1
+                && w.padding_low == 0
+                && w.padding_high == 0
+                && w.base_dilation == 1
+                && w.window_dilation == 1
+                && self.out_dims[*k] == self.dims[*k]
+        };
+        let rank = self.dims.len();
+        let trailing = (0..rank).rev().take_while(untouched).count();
+        let lead = rank - trailing;
+        (lead, self.dims[lead..].iter().product())
+    }
+
     /// Every output's window folded from `init` in row-major window order.
+    ///
+    /// The outputs are taken a run at a time (see [`Self::trailing_run`]):
+    /// the window's offsets are worked out once per run and each window
+    /// element is folded into the whole run, which keeps every output's
+    /// fold order and turns the inner loop into a vector loop.
     fn fold(
         &self,
         v: &[f32],
@@ -960,14 +987,17 @@ impl<'a> WindowGeometry<'a> {
         f: impl Fn(f32, f32) -> f32 + Copy + Send + Sync,
     ) -> Vec<f32> {
         let n = elem_count(self.out_dims);
-        let rank = self.dims.len();
+        let (lead, run) = self.trailing_run();
         let mut out = vec![init; n];
-        let work = |first: usize, part: &mut [f32]| {
-            // Per dimension, the offsets this output's window reads.
-            let mut taps: Vec<Vec<usize>> = vec![Vec::new(); rank];
-            let mut at = vec![0usize; rank];
-            for (j, dst) in part.iter_mut().enumerate() {
-                let o = first + j;
+        if n == 0 {
+            return out;
+        }
+        let work = |first_run: usize, part: &mut [f32]| {
+            // Per leading dimension, the offsets this run's window reads.
+            let mut taps: Vec<Vec<usize>> = vec![Vec::new(); lead];
+            let mut at = vec![0usize; lead];
+            for (j, dst) in part.chunks_mut(run).enumerate() {
+                let o = (first_run + j) * run;
                 for (k, t) in taps.iter_mut().enumerate() {
                     t.clear();
                     self.taps(k, (o / self.out_strides[k]) % self.out_dims[k], t);
@@ -976,11 +1006,17 @@ impl<'a> WindowGeometry<'a> {
                     continue;
                 }
                 at.fill(0);
-                let mut acc = init;
                 'window: loop {
                     let lin: usize = taps.iter().zip(&at).map(|(t, &i)| t[i]).sum();
-                    acc = f(acc, v.get(lin).copied().unwrap_or(f32::NAN));
-                    for k in (0..rank).rev() {
+                    match v.get(lin..lin + dst.len()) {
+                        Some(src) => {
+                            for (d, &x) in dst.iter_mut().zip(src) {
+                                *d = f(*d, x);
+                            }
+                        }
+                        None => dst.fill(f32::NAN),
+                    }
+                    for k in (0..lead).rev() {
                         at[k] += 1;
                         if at[k] < taps[k].len() {
                             continue 'window;
@@ -989,16 +1025,15 @@ impl<'a> WindowGeometry<'a> {
                     }
                     break;
                 }
-                *dst = acc;
             }
         };
-        const CHUNK: usize = 1024;
+        let chunk = run * (1024 / run).max(1);
         if n < crate::strided::PAR_MIN_ELEMS {
             work(0, &mut out);
         } else {
-            out.par_chunks_mut(CHUNK)
+            out.par_chunks_mut(chunk)
                 .enumerate()
-                .for_each(|(c, part)| work(c * CHUNK, part));
+                .for_each(|(c, part)| work(c * (chunk / run), part));
         }
         out
     }

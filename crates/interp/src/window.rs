@@ -84,6 +84,11 @@ fn select_by_compare(
 const SELECT_CHUNK: usize = 4096;
 
 /// [`select_each`] with an infallible `keep`, in parallel chunks of source positions.
+///
+/// Source positions are taken a run at a time (see [`Geometry::trailing_run`]):
+/// each window element's operand index is worked out once per run, and the
+/// run's positions compare consecutive operand elements. Every position still
+/// sees the window elements in row-major order.
 fn select_par(
     g: &Geometry,
     wpos: &[Vec<usize>],
@@ -91,15 +96,36 @@ fn select_par(
     keep: impl Fn(usize, usize) -> bool + Sync,
 ) -> Vec<usize> {
     use rayon::prelude::*;
+    let (lead, run) = g.trailing_run();
+    let run = run.max(1);
+    let chunk = run * (SELECT_CHUNK / run).max(1);
     let mut chosen = vec![NONE; nq];
     chosen
-        .par_chunks_mut(SELECT_CHUNK)
+        .par_chunks_mut(chunk)
         .enumerate()
         .for_each(|(c, part)| {
-            let qc = unravel(c * SELECT_CHUNK, g.source);
-            let Ok(()) = select_run(g, wpos, qc, part, |cur, lin| {
-                Ok::<_, std::convert::Infallible>(keep(cur, lin))
-            });
+            let mut qc = unravel(c * chunk, g.source);
+            for sel in part.chunks_mut(run) {
+                for wc in wpos {
+                    let Some(first) = g.element(&qc, wc) else {
+                        continue;
+                    };
+                    for (j, s) in sel.iter_mut().enumerate() {
+                        let lin = first + j;
+                        if *s == NONE || !keep(*s, lin) {
+                            *s = lin;
+                        }
+                    }
+                }
+                // The next run's source coordinates, in row-major order.
+                for k in (0..lead).rev() {
+                    qc[k] += 1;
+                    if qc[k] < g.source[k] {
+                        break;
+                    }
+                    qc[k] = 0;
+                }
+            }
         });
     chosen
 }
@@ -116,6 +142,25 @@ struct Geometry<'a> {
 }
 
 impl Geometry<'_> {
+    /// Elements in the trailing dimensions the window leaves alone (size 1,
+    /// unit stride, no padding or dilation, source as long as the operand):
+    /// there, consecutive source positions read consecutive operand elements
+    /// (pooling over `[N, H, W, C]` runs along `C`).
+    fn trailing_run(&self) -> (usize, usize) {
+        let untouched = |k: &usize| {
+            let w = &self.window[*k];
+            w.size == 1
+                && w.stride == 1
+                && w.padding_low == 0
+                && w.padding_high == 0
+                && w.window_dilation == 1
+                && self.source[*k] == self.dims[*k]
+        };
+        let rank = self.dims.len();
+        let lead = rank - (0..rank).rev().take_while(untouched).count();
+        (lead, self.dims[lead..].iter().product())
+    }
+
     /// Operand linear index of window offset `wc` for source coordinates `qc`, if inside.
     fn element(&self, qc: &[usize], wc: &[usize]) -> Option<usize> {
         let mut lin = 0usize;

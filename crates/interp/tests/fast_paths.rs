@@ -194,15 +194,26 @@ fn geometry() -> impl Strategy<Value = Geom> {
             prop::collection::vec((0usize..=2, 0usize..=2), rank),
             prop::collection::vec(1usize..=2, rank),
             prop::collection::vec(1usize..=2, rank),
+            prop::collection::vec(prop::bool::ANY, rank),
         )
-            .prop_map(|(dims, size, stride, pad, lhs, rhs)| Geom {
-                dims,
-                size,
-                stride,
-                pad,
-                lhs,
-                rhs,
-            })
+            .prop_map(
+                |(dims, mut size, mut stride, mut pad, mut lhs, mut rhs, keep)| {
+                    // Dims the window leaves alone (size 1, unit stride, no padding
+                    // or dilation), half the time: trailing ones take the fast
+                    // paths' run-at-a-time loops.
+                    for (d, _) in keep.iter().enumerate().filter(|(_, &k)| k) {
+                        (size[d], stride[d], pad[d], lhs[d], rhs[d]) = (1, 1, (0, 0), 1, 1);
+                    }
+                    Geom {
+                        dims,
+                        size,
+                        stride,
+                        pad,
+                        lhs,
+                        rhs,
+                    }
+                },
+            )
     })
 }
 
