@@ -65,6 +65,7 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    alloc::keep_freed_memory();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
