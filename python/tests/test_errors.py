@@ -6,6 +6,7 @@ import pathlib
 import threading
 import time
 
+import numpy as np
 import pytest
 import tpusim
 
@@ -64,6 +65,27 @@ def test_verify_error_points_at_the_instruction() -> None:
     with pytest.raises(tpusim.VerifyError) as err:
         tpusim.analyze(BAD_SHAPE)
     assert "<string>:5:" in str(err.value) and "f32[3]" in str(err.value)
+
+
+def nested_calls(calls: int) -> str:
+    """A module whose entry reaches a `negate` through `calls` nested calls."""
+    text = "HloModule deep\n\nc0 {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] negate(p)\n}\n"
+    for i in range(1, calls):
+        text += f"\nc{i} {{\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] call(p), to_apply=c{i - 1}\n}}\n"
+    return text + f"\nENTRY e {{\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] call(p), to_apply=c{calls - 1}\n}}\n"
+
+
+def test_a_deep_call_chain_is_a_verify_error_not_a_crash() -> None:
+    # 8,000 nested calls once overflowed the native stack and killed Python (SIGSEGV).
+    deep = nested_calls(8000)
+    with pytest.raises(tpusim.VerifyError, match="nest 8000 calls deep"):
+        tpusim.analyze(deep)
+    with pytest.raises(tpusim.VerifyError, match="nest 8000 calls deep"):
+        tpusim.run(deep, np.ones(4, np.float32))
+    # The interpreter lives on, and a shallow chain still runs.
+    x = np.arange(4, dtype=np.float32)
+    (out,) = tpusim.run(nested_calls(10), x)
+    np.testing.assert_array_equal(out, -x)
 
 
 def test_invalid_utf8_is_a_parse_error(tmp_path: pathlib.Path) -> None:

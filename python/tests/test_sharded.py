@@ -177,6 +177,10 @@ def test_single_device_program_on_a_topology_gets_a_pod(cli: str, tmp_path: path
         ({"topology": "banana"}, "bad topology"),
         ({"topology": "64x64"}, "larger than"),
         ({"topology": "2x2"}, "needs 8 devices"),
+        # Refused before any pod is built (it once asked for 2 TB and killed Python).
+        ({"slices": 4294967295, "network": "sim"}, "at most 262144"),
+        # Past the native 32-bit count: the same refusal, not an OverflowError.
+        ({"slices": 2**40}, "at most 262144"),
     ],
 )
 def test_pods_that_cannot_be_built_are_topology_errors(options: dict[str, Any], message: str) -> None:

@@ -79,7 +79,9 @@ def _native_options(what: str, chip: str, topology: Optional[str], options: Dict
         "chip_id": None if chip_file is not None else chip,
         "chip_file": None if chip_file is None else os.fspath(chip_file),
         "topology": topology,
-        "slices": slices,
+        # The native count is 32-bit: a larger one is passed as its largest
+        # value, which the pod's own limit refuses with the same message.
+        "slices": min(slices, 2**32 - 1),
         "network": network,
         "device_order": None if device_order is None else os.fspath(device_order),
         # True: price the module untouched (no TPU compiler passes), as `--as-given`.

@@ -1062,6 +1062,70 @@ fn profile_summarizes_a_real_capture_per_op_with_predictions() {
     assert_eq!(missing.status.code(), Some(1));
 }
 
+/// Issue 14: a tuple parameter of 20,000 elements took 79 s to analyze (the
+/// buffers were handled in quadratic time); linear, it takes well under a second.
+/// The bound is generous for a slow debug build.
+#[test]
+fn a_tuple_parameter_of_20000_elements_is_analyzed_in_linear_time() {
+    let elems = vec!["f32[2]"; 20_000].join(",");
+    let module = format!(
+        "HloModule tuple\n\nENTRY e {{\n  p = ({elems}) parameter(0)\n  ROOT g = f32[2] get-tuple-element(p), index=0\n}}\n"
+    );
+    let started = std::time::Instant::now();
+    let o = tpusim(&["analyze", "-", "--chip", "v5e"], Some(&module));
+    let took = started.elapsed();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = text(&o.stdout);
+    // 20,000 buffers of 8 bytes, all live: 20 rows shown, the rest counted.
+    assert!(s.contains("parameters 156.2 KiB"), "{s}");
+    assert!(s.contains("(19980 more buffers live at the peak)"), "{s}");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}
+
+/// Issue 14: `profile` on a capture whose one op has a 20 MB name took over
+/// 120 s (text table cells quadratic in their length). The cell is clipped
+/// around `…`, and the summary comes back in a time bounded for a debug build.
+#[test]
+fn profile_clips_a_20_mb_op_name_in_linear_time() {
+    let dir = temp_dir("long-name");
+    let module = dir.join("name.hlo");
+    let name = "x".repeat(20_000_000);
+    std::fs::write(
+        &module,
+        format!("HloModule name\n\nENTRY e {{\n  p = f32[4] parameter(0)\n  ROOT {name} = f32[4] negate(p)\n}}\n"),
+    )
+    .unwrap();
+    let views = dir.join("views");
+    let views = views.to_str().expect("utf-8 temp path");
+    let traced = tpusim(
+        &[
+            "trace",
+            module.to_str().unwrap(),
+            "--chip",
+            "v5e",
+            "-o",
+            views,
+            "--force",
+        ],
+        None,
+    );
+    assert!(traced.status.success(), "{}", text(&traced.stderr));
+    let started = std::time::Instant::now();
+    let o = tpusim(&["profile", views], None);
+    let took = started.elapsed();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = text(&o.stdout);
+    let row = s
+        .lines()
+        .find(|l| l.contains("xxxxxxxx…xxxxxxxx"))
+        .unwrap_or_else(|| panic!("no clipped op name in {} bytes", s.len()));
+    assert!(row.contains("name"), "the row names the module: {row}");
+    let longest = s.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(longest < 1_000, "a {longest}-character line");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn trace_gives_each_module_of_a_file_its_own_folder() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-trace-two");
@@ -1172,6 +1236,64 @@ fn run_writes_the_same_npz_bytes_each_run() {
         })
         .collect();
     assert_eq!(outputs[0], outputs[1]);
+}
+
+/// Issue 14: npz members were stamped with the current date. Each member's
+/// date, in the central directory and in its local header, must be the fixed
+/// zip epoch (1980-01-01 00:00:00) the writer uses, whatever the clock says.
+#[test]
+fn run_stamps_npz_members_with_the_zip_epoch_not_the_date() {
+    let dir = temp_dir("npz-epoch");
+    let out = dir.join("out.npz");
+    // One member per element type the writer handles differently.
+    let module = "HloModule t\n\nENTRY e {\n  a = f32[4] parameter(0)\n  n = f32[4] negate(a)\n  i = s32[4] convert(a)\n  c = pred[4] compare(a, n), direction=LT\n  ROOT t = (f32[4], s32[4], pred[4]) tuple(n, i, c)\n}\n";
+    let o = tpusim(
+        &[
+            "run",
+            "-",
+            "--random-inputs",
+            "1",
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        Some(module),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let bytes = std::fs::read(&out).unwrap();
+    let mut npz = zip::ZipArchive::new(std::io::Cursor::new(&bytes[..])).expect("a zip file");
+    let stamp = |date: u16, time: u16| {
+        let t = zip::DateTime::from_msdos(date, time);
+        format!(
+            "{}-{:02}-{:02} {:02}:{:02}:{:02}",
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        )
+    };
+    let epoch = zip::DateTime::default();
+    let epoch = stamp(epoch.datepart(), epoch.timepart());
+    assert_eq!(epoch, "1980-01-01 00:00:00");
+    let mut names = Vec::new();
+    for i in 0..npz.len() {
+        let member = npz.by_index(i).unwrap();
+        let name = member.name().to_string();
+        let t = member.last_modified();
+        assert_eq!(
+            stamp(t.datepart(), t.timepart()),
+            epoch,
+            "{name}: central directory"
+        );
+        let h = usize::try_from(member.header_start()).unwrap();
+        assert_eq!(&bytes[h..h + 4], b"PK\x03\x04", "{name}: local header");
+        let field = |at: usize| u16::from_le_bytes([bytes[h + at], bytes[h + at + 1]]);
+        assert_eq!(stamp(field(12), field(10)), epoch, "{name}: local header");
+        names.push(name);
+    }
+    assert_eq!(names, ["out0.npy", "out1.npy", "out2.npy"]);
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -1418,6 +1540,46 @@ fn out_of_range_dimensions_and_slices_are_located_errors() {
                 err.contains(why) && err.contains("<stdin>:5:"),
                 "{args:?}: {err}"
             );
+        }
+    }
+}
+
+/// Issue 14: these reached panics in the interpreter (exit 101). The
+/// verifier refuses them first, at the instruction.
+#[test]
+fn out_of_range_dot_broadcast_select_and_reduce_operands_are_located_errors() {
+    let cases = [
+        (
+            "HloModule d\n\nENTRY e {\n  a = f32[2,3] parameter(0)\n  ROOT d = f32[2,2] dot(a, a), lhs_contracting_dims={5}, rhs_contracting_dims={1}\n}\n",
+            "d: dot: dimension 5 is out of range for rank 2",
+            "<stdin>:5:",
+        ),
+        (
+            "HloModule b\n\nENTRY e {\n  a = f32[3] parameter(0)\n  ROOT b = f32[4,3] broadcast(a), dimensions={3}\n}\n",
+            "cannot broadcast f32[3] with dimensions={3}",
+            "<stdin>:5:",
+        ),
+        (
+            "HloModule s\n\nENTRY e {\n  p = pred[3] parameter(0)\n  a = f32[4] parameter(1)\n  ROOT s = f32[4] select(p, a, a)\n}\n",
+            "select predicate pred[3] does not match the branches' dimensions f32[4]",
+            "<stdin>:6:",
+        ),
+        (
+            "HloModule r\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\nENTRY e {\n  a = f32[4,8] parameter(0)\n  z = f32[] constant(0)\n  ROOT r = f32[4] reduce(a, z), dimensions={5}, to_apply=add\n}\n",
+            "r: reduce: dimension 5 is out of range for rank 2",
+            "<stdin>:12:",
+        ),
+    ];
+    for (module, why, at) in cases {
+        for args in [
+            &["run", "-", "--random-inputs", "1"][..],
+            &["analyze", "-", "--chip", "v5e"][..],
+        ] {
+            let o = tpusim(args, Some(module));
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+            assert!(err.contains(why) && err.contains(at), "{args:?}: {err}");
+            assert_eq!(err.matches("error:").count(), 1, "{args:?}: {err}");
         }
     }
 }

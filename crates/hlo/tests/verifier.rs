@@ -348,6 +348,102 @@ fn dot_checks_dims_but_not_element_type() {
     );
 }
 
+/// The interpreter indexes each operand's dims by these lists (issue 14: a
+/// `lhs_contracting_dims={5}` panicked in `ops.rs`), so each must be in range.
+#[test]
+fn rejects_dot_dimensions_out_of_range() {
+    let dot = |dims: &str| {
+        module(
+            "",
+            &format!("  a = f32[2,3] parameter(0)\n  b = f32[3,4] parameter(1)\n  ROOT d = f32[2,4] dot(a, b), {dims}"),
+        )
+    };
+    let ok = dot("lhs_contracting_dims={1}, rhs_contracting_dims={0}");
+    assert_eq!(errors_of(&ok), Vec::<String>::new());
+    for (dims, needle) in [
+        (
+            "lhs_contracting_dims={5}, rhs_contracting_dims={0}",
+            "dimension 5 is out of range for rank 2",
+        ),
+        (
+            "lhs_contracting_dims={1}, rhs_contracting_dims={-1}",
+            "dimension -1 is out of range for rank 2",
+        ),
+        (
+            "lhs_batch_dims={2}, rhs_batch_dims={1}, lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+            "dimension 2 is out of range for rank 2",
+        ),
+        (
+            "lhs_batch_dims={1}, rhs_batch_dims={1}, lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+            "dimension 1 is repeated in lhs batch/contracting dims={1,1}",
+        ),
+    ] {
+        assert_rejects(&dot(dims), &["d: ", needle]);
+    }
+}
+
+/// The interpreter maps operand dim `i` to result dim `dimensions[i]` (issue
+/// 14: `dimensions={3}` for a rank-2 result panicked in `ops.rs`).
+#[test]
+fn rejects_broadcast_dimensions_out_of_range() {
+    for dims in ["{3}", "{2}", "{-1}"] {
+        let text = module(
+            "",
+            &format!(
+                "  a = f32[3] parameter(0)\n  ROOT b = f32[4,3] broadcast(a), dimensions={dims}"
+            ),
+        );
+        assert_rejects(
+            &text,
+            &[
+                "b: ",
+                &format!("cannot broadcast f32[3] with dimensions={dims} to declared f32[4,3]"),
+            ],
+        );
+    }
+}
+
+/// Issue 14: a `pred[3]` choosing between `f32[4]`s panicked in `ops.rs`.
+/// A predicate of the branches' dims, or a scalar one, is accepted.
+#[test]
+fn rejects_select_predicate_of_another_shape() {
+    let select = |pred: &str| {
+        module(
+            "",
+            &format!("  p = {pred} parameter(0)\n  a = f32[4] parameter(1)\n  ROOT s = f32[4] select(p, a, a)"),
+        )
+    };
+    for pred in ["pred[4]", "pred[]"] {
+        assert_eq!(errors_of(&select(pred)), Vec::<String>::new(), "{pred}");
+    }
+    assert_rejects(
+        &select("pred[3]"),
+        &[
+            "s: ",
+            "select predicate pred[3] does not match the branches' dimensions f32[4]",
+        ],
+    );
+    assert_rejects(
+        &select("pred[4,1]"),
+        &["s: ", "select predicate pred[4,1] does not match"],
+    );
+}
+
+#[test]
+fn rejects_reduce_dimensions_out_of_range() {
+    for (dims, needle) in [
+        ("{5}", "dimension 5 is out of range for rank 2"),
+        ("{-1}", "dimension -1 is out of range for rank 2"),
+        ("{1,1}", "dimension 1 is repeated in dimensions={1,1}"),
+    ] {
+        let text = module(
+            ADD_F32,
+            &format!("  a = f32[4,8] parameter(0)\n  z = f32[] constant(0)\n  ROOT r = f32[4] reduce(a, z), dimensions={dims}, to_apply=add_f32"),
+        );
+        assert_rejects(&text, &["r: ", needle]);
+    }
+}
+
 #[test]
 fn rejects_convolution_shape() {
     // NHWC x HWIO, 3x3 window, stride 2, no padding over 8x8: 3x3 output.
