@@ -248,6 +248,22 @@ for _s in ("dp8", "fsdp8", "tp8", "dp2_tp4", "dp4_tp2", "fsdp2_tp4", "dp2_fsdp2_
 case("mlp_sgd_bf16_fsdp2_tp4", "mlp", "bf16 MLP SGD step, FSDP x tensor on 2x4")(
     mlp_family("mlp_sgd_bf16_fsdp2_tp4", "fsdp2_tp4", "sgd", BF16))
 
+
+@case("mlp_loss_large_batch", "mlp",
+      "f32 MLP SGD step, batch 4096 on 8 devices: the loss is a mean of 4096x256 = 2^20 squared errors "
+      "(issue 14: a sequential f32 fold is visibly off at this size)")
+def _():
+    # Targets come from a small replicated teacher matrix inside the program (y = tanh(x @ t)), so
+    # inputs.npz holds x (4096x16) and no 4096x256 target array: the case stays well under 1 MB.
+    r, m = rng_for("mlp_loss_large_batch"), mesh((8,), ("data",))
+    p = mlp_init(r, 16, 64, 256)
+    x, t = normal(r, (4096, 16)), normal(r, (16, 256), 16 ** -0.5)
+    ps = {k: P() for k in p}
+
+    def loss(pp, xx, tt):
+        return mlp_loss(pp, xx, jnp.tanh(xx @ tt))
+    return flat_case(sgd(loss), (p, x, t), (ps, P("data", None), P()), m)
+
 for _s in ("dp8", "fsdp8", "tp8", "dp2_tp4", "dp4_tp2", "fsdp2_tp4", "fsdp4_tp2", "dp2_fsdp2_tp2", "dp2_sp4", "sp8",
            "dp2_sp2_tp2"):
     case(f"tfm_sgd_{_s}", "transformer", f"1-layer decoder train step (SGD) under {_s}")(

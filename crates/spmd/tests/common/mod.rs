@@ -35,8 +35,17 @@ fn err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
-/// Partitions `dir/pre.hlo`, runs it on global `inputs.npz`, compares with `outputs.npz`.
-pub fn run_case(dir: &Path) -> Result<(), String> {
+/// One output of a case run: tpusim's global values and JAX's, as f64s.
+pub struct Output {
+    pub got: Vec<f64>,
+    pub want: Vec<f64>,
+    /// A bf16/f16 output, or any output of a program with bf16/f16 values.
+    pub low_precision: bool,
+}
+
+/// Partitions `dir/pre.hlo`, runs it on global `inputs.npz` and pairs each
+/// result with `outputs.npz`'s (dims checked equal).
+pub fn run_outputs(dir: &Path) -> Result<Vec<Output>, String> {
     let text = std::fs::read_to_string(dir.join("pre.hlo")).map_err(err)?;
     let pre = tpusim_hlo::parse_module(&text).map_err(|e| e.message.clone())?;
     let post = partition(&pre, &PartitionOptions::default()).map_err(err)?;
@@ -64,20 +73,28 @@ pub fn run_case(dir: &Path) -> Result<(), String> {
     if got.len() != want.len() {
         return Err(format!("{} outputs, JAX has {}", got.len(), want.len()));
     }
+    let mut out = Vec::with_capacity(got.len());
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         let (g, w) = (g.as_array().map_err(err)?, w.as_array().map_err(err)?);
         if g.dims != w.dims {
             return Err(format!("output {k}: dims {:?}, JAX {:?}", g.dims, w.dims));
         }
-        let (gv, wv) = (g.to_f64s(), w.to_f64s());
+        out.push(Output {
+            got: g.to_f64s(),
+            want: w.to_f64s(),
+            low_precision: g.ty.bit_width() <= 16 || low_precision,
+        });
+    }
+    Ok(out)
+}
+
+/// Partitions `dir/pre.hlo`, runs it on global `inputs.npz`, compares with `outputs.npz`.
+pub fn run_case(dir: &Path) -> Result<(), String> {
+    for (k, o) in run_outputs(dir)?.iter().enumerate() {
         // bf16 programs round every intermediate: a different (but equally
         // valid) summation order of partial results moves f32 outputs too.
-        let tol = if g.ty.bit_width() <= 16 || low_precision {
-            2e-2
-        } else {
-            1e-4
-        };
-        for (i, (a, b)) in gv.iter().zip(&wv).enumerate() {
+        let tol = if o.low_precision { 2e-2 } else { 1e-4 };
+        for (i, (a, b)) in o.got.iter().zip(&o.want).enumerate() {
             let ok = (a - b).abs() <= tol * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
             if !ok {
                 return Err(format!("output {k}[{i}]: {a} vs JAX {b}"));
