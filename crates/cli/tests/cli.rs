@@ -1082,6 +1082,30 @@ fn a_tuple_parameter_of_20000_elements_is_analyzed_in_linear_time() {
     assert!(took < std::time::Duration::from_secs(20), "{took:?}");
 }
 
+/// Issue 14: the text table was quadratic in a name's length (a 10 MB op
+/// name took 32 s to `analyze`). The cell is clipped around `…`, every line
+/// stays short, and the table comes back in a time bounded for a debug build.
+#[test]
+fn analyze_clips_a_10_mb_op_name_in_linear_time() {
+    let name = "y".repeat(10_000_000);
+    let module = format!(
+        "HloModule name\n\nENTRY e {{\n  p = f32[4] parameter(0)\n  ROOT {name} = f32[4] negate(p)\n}}\n"
+    );
+    let started = std::time::Instant::now();
+    let o = tpusim(&["analyze", "-", "--chip", "v5e"], Some(&module));
+    let took = started.elapsed();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = text(&o.stdout);
+    assert!(
+        s.contains("yyyyyyyy…yyyyyyyy"),
+        "no clipped op name in {} bytes",
+        s.len()
+    );
+    let longest = s.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(longest < 1_000, "a {longest}-character line");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}
+
 /// Issue 14: `profile` on a capture whose one op has a 20 MB name took over
 /// 120 s (text table cells quadratic in their length). The cell is clipped
 /// around `…`, and the summary comes back in a time bounded for a debug build.
