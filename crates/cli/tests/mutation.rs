@@ -986,6 +986,10 @@ fn mutants_never_panic_or_hang() {
 /// reduced; each must go through the pipeline without a panic.
 const REGRESSIONS: &[(&str, &str)] = &[
     (
+        "shard_map exit (LocalToGlobalShape) whose operands are swapped (ranks 3 and 2 for results of ranks 2 and 3)",
+        "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"x\"=8]>}}\nbody {\n  p = f32[3,2]{1,0} parameter(0)\n  r = f32[1,3,2]{2,1,0} reshape(p)\n  ROOT t = (f32[3,2]{1,0}, f32[1,3,2]{2,1,0}) tuple(p, r)\n}\nENTRY e {\n  a = f32[3,16]{1,0} parameter(0), sharding={devices=[1,8]<=[8]}, frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{}, {\\\"x\\\"}]>\"}\n  l = f32[3,2]{1,0} custom-call(a), custom_call_target=\"xla.sdy.GlobalToLocalShape\", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.in_shardings=\"#sdy.sharding_per_value<[<@mesh, [{}, {\\\"x\\\"}]>]>\",xla.sdy.manual_axes=\"#sdy<manual_axes{\\\"x\\\"}>\"}\n  c = (f32[3,2]{1,0}, f32[1,3,2]{2,1,0}) call(l), to_apply=body\n  c0 = f32[3,2]{1,0} get-tuple-element(c), index=0\n  c1 = f32[1,3,2]{2,1,0} get-tuple-element(c), index=1\n  ROOT g = (f32[3,16]{1,0}, f32[8,3,2]{2,1,0}) custom-call(c1, c0), custom_call_target=\"xla.sdy.LocalToGlobalShape\", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.manual_axes=\"#sdy<manual_axes{\\\"x\\\"}>\",xla.sdy.out_shardings=\"#sdy.sharding_per_value<[<@mesh, [{}, {\\\"x\\\"}]>, <@mesh, [{\\\"x\\\"}, {}, {}]>]>\"}\n}\n",
+    ),
+    (
         "a channel id at the top of the range (the compiler's next id overflowed)",
         "HloModule m, num_partitions=2\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  x = f32[4] parameter(0)\n  ROOT r = f32[4] all-reduce(x), channel_id=9223372036854775807, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add\n}\n",
     ),

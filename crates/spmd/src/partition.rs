@@ -2539,6 +2539,14 @@ impl Partitioner<'_> {
         if shs.len() != ops.len() || leaves.len() != ops.len() {
             return Err(self.unsupported(ins, "out_shardings do not match the operands"));
         }
+        let ranks_match = ins
+            .operands
+            .iter()
+            .zip(&leaves)
+            .all(|(&o, l)| self.src.instr(o).shape.rank() == l.rank());
+        if !ranks_match {
+            return Err(self.unsupported(ins, "an operand's rank differs from its result's"));
+        }
         let mut ids = Vec::new();
         let mut outside = Vec::new();
         for (k, (o, sh)) in ops.iter().zip(&shs).enumerate() {
