@@ -910,6 +910,32 @@ fn reduce_window_f32(
     Some(Array::new(x.ty, out_dims.to_vec(), Data::F32(out)))
 }
 
+/// The dimensions a window moves over, and the elements in the trailing
+/// ones it leaves alone (size 1, unit stride, no padding or dilation, as
+/// long in `out_dims` as in `dims`): there, one window element of a run of
+/// consecutive outputs is a run of consecutive operand elements (pooling
+/// over `[N, H, W, C]` runs along `C`). Shared by reduce-window and
+/// select-and-scatter.
+pub(crate) fn trailing_run(
+    window: &[tpusim_hlo::attr::WindowDim],
+    dims: &[usize],
+    out_dims: &[usize],
+) -> (usize, usize) {
+    let untouched = |k: &usize| {
+        let w = &window[*k];
+        w.size == 1
+            && w.stride == 1
+            && w.padding_low == 0
+            && w.padding_high == 0
+            && w.base_dilation == 1
+            && w.window_dilation == 1
+            && out_dims.get(*k) == dims.get(*k)
+    };
+    let rank = dims.len().min(window.len());
+    let lead = rank - (0..rank).rev().take_while(untouched).count();
+    (lead, dims[lead..rank].iter().product())
+}
+
 /// Where the windows of a `reduce-window` read its operand.
 struct WindowGeometry<'a> {
     dims: &'a [usize],
@@ -952,31 +978,9 @@ impl<'a> WindowGeometry<'a> {
         }
     }
 
-    /// The dimensions the window moves over, and the elements in the
-    /// trailing ones it leaves alone (size 1, unit stride, no padding or
-    /// dilation): there, one window element of a whole run of consecutive
-    /// outputs is a run of consecutive operand elements (pooling over
-    /// `[N, H, W, C]` runs along `C`).
-    fn trailing_run(&self) -> (usize, usize) {
-        let untouched = |k: &usize| {
-            let w = &self.window[*k];
-            w.size == 1
-                && w.stride == 1
-                && w.padding_low == 0
-                && w.padding_high == 0
-                && w.base_dilation == 1
-                && w.window_dilation == 1
-                && self.out_dims[*k] == self.dims[*k]
-        };
-        let rank = self.dims.len();
-        let trailing = (0..rank).rev().take_while(untouched).count();
-        let lead = rank - trailing;
-        (lead, self.dims[lead..].iter().product())
-    }
-
     /// Every output's window folded from `init` in row-major window order.
     ///
-    /// The outputs are taken a run at a time (see [`Self::trailing_run`]):
+    /// The outputs are taken a run at a time (see [`trailing_run`]):
     /// the window's offsets are worked out once per run and each window
     /// element is folded into the whole run, which keeps every output's
     /// fold order and turns the inner loop into a vector loop.
@@ -987,7 +991,7 @@ impl<'a> WindowGeometry<'a> {
         f: impl Fn(f32, f32) -> f32 + Copy + Send + Sync,
     ) -> Vec<f32> {
         let n = elem_count(self.out_dims);
-        let (lead, run) = self.trailing_run();
+        let (lead, run) = trailing_run(self.window, self.dims, self.out_dims);
         let mut out = vec![init; n];
         if n == 0 {
             return out;

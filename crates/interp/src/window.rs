@@ -85,7 +85,7 @@ const SELECT_CHUNK: usize = 4096;
 
 /// [`select_each`] with an infallible `keep`, in parallel chunks of source positions.
 ///
-/// Source positions are taken a run at a time (see [`Geometry::trailing_run`]):
+/// Source positions are taken a run at a time (see [`crate::ops::trailing_run`]):
 /// each window element's operand index is worked out once per run, and the
 /// run's positions compare consecutive operand elements. Every position still
 /// sees the window elements in row-major order.
@@ -96,7 +96,7 @@ fn select_par(
     keep: impl Fn(usize, usize) -> bool + Sync,
 ) -> Vec<usize> {
     use rayon::prelude::*;
-    let (lead, run) = g.trailing_run();
+    let (lead, run) = crate::ops::trailing_run(g.window, g.dims, g.source);
     let run = run.max(1);
     let chunk = run * (SELECT_CHUNK / run).max(1);
     let mut chosen = vec![NONE; nq];
@@ -142,25 +142,6 @@ struct Geometry<'a> {
 }
 
 impl Geometry<'_> {
-    /// Elements in the trailing dimensions the window leaves alone (size 1,
-    /// unit stride, no padding or dilation, source as long as the operand):
-    /// there, consecutive source positions read consecutive operand elements
-    /// (pooling over `[N, H, W, C]` runs along `C`).
-    fn trailing_run(&self) -> (usize, usize) {
-        let untouched = |k: &usize| {
-            let w = &self.window[*k];
-            w.size == 1
-                && w.stride == 1
-                && w.padding_low == 0
-                && w.padding_high == 0
-                && w.window_dilation == 1
-                && self.source[*k] == self.dims[*k]
-        };
-        let rank = self.dims.len();
-        let lead = rank - (0..rank).rev().take_while(untouched).count();
-        (lead, self.dims[lead..].iter().product())
-    }
-
     /// Operand linear index of window offset `wc` for source coordinates `qc`, if inside.
     fn element(&self, qc: &[usize], wc: &[usize]) -> Option<usize> {
         let mut lin = 0usize;
