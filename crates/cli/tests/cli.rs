@@ -1553,18 +1553,22 @@ fn out_of_range_dimensions_and_slices_are_located_errors() {
         ),
     ];
     for (module, why) in cases {
-        for args in [
-            &["run", "-", "--random-inputs", "1"][..],
-            &["analyze", "-", "--chip", "v5e"][..],
-        ] {
-            let o = tpusim(args, Some(module));
-            let err = text(&o.stderr);
-            assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
-            assert!(
-                err.contains(why) && err.contains("<stdin>:5:"),
-                "{args:?}: {err}"
-            );
-        }
+        run_and_analyze_refuse_at(module, why, "<stdin>:5:");
+    }
+}
+
+/// `run` and `analyze` of `module` exit 1 (not 101) with one error, saying
+/// `why` at location `at`.
+fn run_and_analyze_refuse_at(module: &str, why: &str, at: &str) {
+    for args in [
+        &["run", "-", "--random-inputs", "1"][..],
+        &["analyze", "-", "--chip", "v5e"][..],
+    ] {
+        let o = tpusim(args, Some(module));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(why) && err.contains(at), "{args:?}: {err}");
+        assert_eq!(err.matches("error:").count(), 1, "{args:?}: {err}");
     }
 }
 
@@ -1595,16 +1599,7 @@ fn out_of_range_dot_broadcast_select_and_reduce_operands_are_located_errors() {
         ),
     ];
     for (module, why, at) in cases {
-        for args in [
-            &["run", "-", "--random-inputs", "1"][..],
-            &["analyze", "-", "--chip", "v5e"][..],
-        ] {
-            let o = tpusim(args, Some(module));
-            let err = text(&o.stderr);
-            assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
-            assert!(err.contains(why) && err.contains(at), "{args:?}: {err}");
-            assert_eq!(err.matches("error:").count(), 1, "{args:?}: {err}");
-        }
+        run_and_analyze_refuse_at(module, why, at);
     }
 }
 
