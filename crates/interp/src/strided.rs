@@ -6,6 +6,7 @@
 use crate::value::{map_data, Data};
 use crate::InterpError;
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Arrays with fewer elements than this are processed sequentially: below it,
 /// spawning work costs more than it saves.
@@ -73,24 +74,37 @@ fn affine_copy<T: Copy + Send + Sync>(
         }
         off
     };
-    let fill = |(r, row): (usize, &mut [T])| {
+    // Rows are written straight into the result's spare capacity: filling
+    // it first would write every element twice (for a large copy, a whole
+    // extra pass over memory).
+    let fill = |(r, row): (usize, &mut [MaybeUninit<T>])| {
         let start = row_start(r);
         match step {
-            0 => row.fill(src[start as usize]),
-            1 => row.copy_from_slice(&src[start as usize..start as usize + inner]),
+            0 => row.fill(MaybeUninit::new(src[start as usize])),
+            1 => {
+                let run = &src[start as usize..start as usize + inner];
+                for (o, &x) in row.iter_mut().zip(run) {
+                    o.write(x);
+                }
+            }
             _ => {
                 for (j, o) in row.iter_mut().enumerate() {
-                    *o = src[(start + j as isize * step) as usize];
+                    o.write(src[(start + j as isize * step) as usize]);
                 }
             }
         }
     };
-    let mut out = vec![src[base as usize]; n];
+    let mut out: Vec<T> = Vec::with_capacity(n);
+    let spare = &mut out.spare_capacity_mut()[..n];
     if n < PAR_MIN_ELEMS {
-        out.chunks_mut(inner).enumerate().for_each(fill);
+        spare.chunks_mut(inner).enumerate().for_each(fill);
     } else {
-        out.par_chunks_mut(inner).enumerate().for_each(fill);
+        spare.par_chunks_mut(inner).enumerate().for_each(fill);
     }
+    // SAFETY: the rows of `inner` elements cover all `n` spare elements (n is
+    // a multiple of `inner`), and `fill` writes every element of its row, or
+    // panics on an out-of-range read before the length is set.
+    unsafe { out.set_len(n) };
     out
 }
 
