@@ -1,6 +1,7 @@
 //! Evaluation of computations: walks instructions in text order and dispatches to kernels.
 
 use crate::limits::{Budget, RunLimits};
+use crate::value::same_dims;
 use crate::value::{check_type, Array, Value};
 use crate::{elementwise as ew, fused, more_ops, ops, InterpError};
 use std::collections::HashMap;
@@ -97,7 +98,7 @@ pub(crate) fn check_value_shape(shape: &Shape, v: &Value) -> Result<(), String> 
     match (shape, v) {
         (Shape::Array(s), Value::Array(a)) => {
             let dims: Vec<usize> = s.dims.iter().map(|&d| d.max(0) as usize).collect();
-            if s.ty != a.ty || dims != a.dims {
+            if s.ty != a.ty || !same_dims(&dims, &a.dims) {
                 return Err(format!(
                     "expected {}{:?}, got {}{:?}",
                     s.ty, dims, a.ty, a.dims
@@ -558,7 +559,7 @@ impl<'m> Interp<'m> {
                 StepKind::Tuple => Arc::new(Value::Tuple(std::mem::take(&mut inputs))),
                 StepKind::Element(i) => match inputs.first().map(|t| &**t) {
                     Some(Value::Tuple(t)) if i < t.len() => t[i].clone(),
-                    _ => self.instr_value(st.id, &[], &inputs)?,
+                    _ => self.instr_value(st.id, &inputs)?,
                 },
                 StepKind::Tiled => {
                     let fp = st
@@ -571,15 +572,15 @@ impl<'m> Interp<'m> {
                     .map_err(|e| e.at(&self.m.instr(st.id).name))?
                 {
                     Some(v) => v,
-                    None => self.instr_value(st.id, &[], &inputs)?,
+                    None => self.instr_value(st.id, &inputs)?,
                 },
                 StepKind::Reshape => match ops::reshape_in_place(self.m.instr(st.id), &mut inputs)
                     .map_err(|e| e.at(&self.m.instr(st.id).name))?
                 {
                     Some(v) => v,
-                    None => self.instr_value(st.id, &[], &inputs)?,
+                    None => self.instr_value(st.id, &inputs)?,
                 },
-                _ => self.instr_value(st.id, &[], &inputs)?,
+                _ => self.instr_value(st.id, &inputs)?,
             };
             inputs.clear();
             env[st.slot] = Some(v);
@@ -651,20 +652,13 @@ impl<'m> Interp<'m> {
         Err(err)
     }
 
-    /// The value of instruction `id`: its parameter, or its op applied to `ops`.
-    fn instr_value(
-        &self,
-        id: InstrId,
-        args: &[Arc<Value>],
-        ops: &[Arc<Value>],
-    ) -> Result<Arc<Value>, InterpError> {
+    /// The value of instruction `id`: its op applied to `ops`, errors located at it.
+    fn instr_value(&self, id: InstrId, ops: &[Arc<Value>]) -> Result<Arc<Value>, InterpError> {
         let ins = self.m.instr(id);
         if ins.opcode == Opcode::Parameter {
+            // A parameter with a usable number is a `StepKind::Parameter` step.
             let n = ins.parameter_number.unwrap_or(-1);
-            return args
-                .get(n as usize)
-                .cloned()
-                .ok_or_else(|| InterpError::Internal(format!("bad parameter number {n}")));
+            return Err(InterpError::Internal(format!("bad parameter number {n}")));
         }
         self.eval(id, ops).map_err(|e| e.at(&ins.name))
     }

@@ -12,6 +12,7 @@
 
 use crate::elementwise::{float_binary32, float_unary32};
 use crate::eval::{array_dims, Interp};
+use crate::value::same_dims;
 use crate::value::{Array, Data, Value};
 use crate::InterpError;
 use half::{bf16, f16};
@@ -341,7 +342,7 @@ fn build(
     let ins = interp.m.instr(id);
     let (ty, dims) = array_dims(&ins.shape).ok()?;
     let round = rounding(ty)?;
-    let node = if is_chain_op(ins.opcode) && dims == p.dims {
+    let node = if is_chain_op(ins.opcode) && same_dims(&dims, &p.dims) {
         let mut args = Vec::with_capacity(2);
         for &o in &ins.operands {
             args.push(build(interp, o, index, p, depth + 1)?);
@@ -353,7 +354,7 @@ fn build(
         }
     } else if let Some(v) = scalar_broadcast(interp, id) {
         Node::Splat(v)
-    } else if dims == p.dims {
+    } else if same_dims(&dims, &p.dims) {
         p.inputs.push(id);
         Node::Input(p.inputs.len() - 1)
     } else {

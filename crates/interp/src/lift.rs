@@ -4,6 +4,7 @@
 
 use crate::elementwise as ew;
 use crate::eval::Interp;
+use crate::value::same_dims;
 use crate::value::{Array, Data, Value};
 use crate::{ops, InterpError};
 use std::collections::HashMap;
@@ -182,7 +183,7 @@ pub(crate) fn lift(
             Opcode::Parameter => {
                 let n = ins.parameter_number.unwrap_or(-1);
                 match params.get(n as usize).copied().flatten() {
-                    Some(a) if a.dims == dims => a.clone(),
+                    Some(a) if same_dims(&a.dims, dims) => a.clone(),
                     _ => return Ok(None),
                 }
             }
@@ -266,7 +267,7 @@ pub(crate) fn map(
     xs: &[&Array],
     dims: Vec<usize>,
 ) -> Result<Array, InterpError> {
-    if xs.iter().any(|a| a.dims != dims) {
+    if xs.iter().any(|a| !same_dims(&a.dims, &dims)) {
         return Err(internal("map operands must have the result's dimensions"));
     }
     let params: Vec<Option<&Array>> = xs.iter().map(|a| Some(*a)).collect();

@@ -409,8 +409,7 @@ impl DotNumbers {
     }
 }
 
-/// A few dimension numbers, kept inline (a dot's are read on every call).
-pub(crate) type DimList = smallvec::SmallVec<[usize; 6]>;
+pub(crate) use crate::value::DimList;
 
 /// Stride of a group of dimensions read as one flattened index (in the order
 /// given), if the layout allows it without a copy. Size-1 dimensions never matter.
@@ -433,10 +432,7 @@ fn matrix_view<'a>(
     rows: &[usize],
     cols: &[usize],
 ) -> Result<(Cow<'a, Array>, Strides), InterpError> {
-    let mut st = DimList::from_elem(1, a.dims.len());
-    for i in (1..a.dims.len()).rev() {
-        st[i - 1] = st[i] * a.dims[i];
-    }
+    let st = strides(&a.dims);
     let merged = [batch, rows, cols].map(|g| merged_stride(&a.dims, &st, g));
     if let [Some(b), Some(r), Some(c)] = merged {
         return Ok((
@@ -941,8 +937,8 @@ struct WindowGeometry<'a> {
     dims: &'a [usize],
     window: &'a [tpusim_hlo::attr::WindowDim],
     out_dims: &'a [usize],
-    in_strides: Vec<usize>,
-    out_strides: Vec<usize>,
+    in_strides: DimList,
+    out_strides: DimList,
 }
 
 impl<'a> WindowGeometry<'a> {

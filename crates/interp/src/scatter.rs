@@ -4,6 +4,7 @@ use crate::elementwise as ew;
 use crate::eval::Interp;
 use crate::gather::{dims_attr, offsets, StartIndices};
 use crate::lift::{call_scalar, internal, lift_all, scalar_at};
+use crate::value::same_dims;
 use crate::value::{strides, Array, Data, Value};
 use crate::InterpError;
 use half::{bf16, f16};
@@ -333,8 +334,10 @@ pub(crate) fn scatter(
     let (operands, rest) = arrays.split_at(n);
     let (indices, updates) = (rest[0], &rest[1..]);
     let op_dims = &operands[0].dims;
-    if operands.iter().any(|a| &a.dims != op_dims)
-        || updates.iter().any(|u| u.dims != updates[0].dims)
+    if operands.iter().any(|a| !same_dims(&a.dims, op_dims))
+        || updates
+            .iter()
+            .any(|u| !same_dims(&u.dims, &updates[0].dims))
     {
         return Err(internal("scatter operands (or updates) differ in shape"));
     }

@@ -5,6 +5,7 @@
 //! a tiled dim and the last ones are padded (with zeros here; XLA leaves the padding
 //! unspecified and never reads it).
 
+use crate::value::same_dims;
 use crate::value::{strides, Array, Value};
 use crate::InterpError;
 use tpusim_hlo::attr::{DeviceList, ShardingKind, SingleSharding, TileAssignment};
@@ -282,7 +283,7 @@ impl TileMap {
         }
         if shards
             .iter()
-            .any(|s| s.dims != first.dims || s.ty != first.ty)
+            .any(|s| !same_dims(&s.dims, &first.dims) || s.ty != first.ty)
         {
             return Err("devices returned shards of different shapes".into());
         }

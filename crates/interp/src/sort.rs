@@ -7,6 +7,7 @@
 
 use crate::eval::Interp;
 use crate::lift::{call_scalar, internal, lift, mirrored, scalar_at, truth};
+use crate::value::same_dims;
 use crate::value::{elem_count, strides, Array, Data, Value};
 use crate::InterpError;
 use std::sync::Arc;
@@ -254,7 +255,7 @@ fn sorted_sources(
     default_desc: bool,
 ) -> Result<Vec<usize>, InterpError> {
     let dims = &xs[0].dims;
-    if dim >= dims.len() || xs.iter().any(|a| &a.dims != dims) {
+    if dim >= dims.len() || xs.iter().any(|a| !same_dims(&a.dims, dims)) {
         return Err(internal(
             "sort operands differ in shape or dimension is out of range",
         ));

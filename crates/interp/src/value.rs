@@ -143,6 +143,10 @@ impl Data {
     }
 }
 
+/// A few dimension numbers or strides, kept inline (most arrays have at most
+/// six dims; kernels on a loop's hot path work them out on every call).
+pub type DimList = smallvec::SmallVec<[usize; 6]>;
+
 /// Whether two dimension lists are equal.
 ///
 /// Slice `==` calls `memcmp` even for two empty lists, whose pointers are
@@ -202,8 +206,8 @@ pub fn elem_count(dims: &[usize]) -> usize {
 }
 
 /// Row-major strides of `dims`.
-pub fn strides(dims: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; dims.len()];
+pub fn strides(dims: &[usize]) -> DimList {
+    let mut s = DimList::from_elem(1, dims.len());
     for i in (0..dims.len().saturating_sub(1)).rev() {
         s[i] = s[i + 1] * dims[i + 1];
     }

@@ -137,7 +137,7 @@ const NONE: usize = usize::MAX;
 struct Geometry<'a> {
     window: &'a [WindowDim],
     dims: &'a [usize],
-    strides: Vec<usize>,
+    strides: crate::value::DimList,
     source: &'a [usize],
 }
 
