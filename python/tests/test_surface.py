@@ -67,6 +67,11 @@ def test_str_is_a_multiline_summary() -> None:
     text = str(report)
     assert text.count("\n") >= 5
     assert "step time" in text and "peak memory" in text and "GiB" in text
+    # What the peak is made of, every kind of buffer live at it.
+    made_of = next(line for line in text.splitlines() if "made of" in line)
+    kinds = report.to_dict()["memory"]["peak_by_kind"]
+    assert sum(k["bytes"] for k in kinds) == report.peak_memory_bytes
+    assert all(f"{k['kind']} buffer" in made_of for k in kinds)
     assert report.op_list[0]["name"] in text
 
 

@@ -204,6 +204,15 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.3f} GiB"
 
 
+def _made_of(kinds: List[Dict[str, Any]]) -> str:
+    """What the memory peak holds, each kind of buffer: `59.200 GiB in 338 temporary buffers, ...`."""
+    return ", ".join(
+        f"{_gib(float(k.get('bytes', 0)))} in {k.get('buffers')} {k.get('kind')} buffer"
+        + ("" if k.get("buffers") == 1 else "s")
+        for k in kinds
+    )
+
+
 def _summary_rows(r: Report) -> List[Tuple[str, str]]:
     d = r.to_dict()
     rows = [
@@ -218,6 +227,9 @@ def _summary_rows(r: Report) -> List[Tuple[str, str]]:
     if capacity > 0:
         peak += f" of {_gib(capacity)} HBM ({100 * r.peak_memory_bytes / capacity:.1f}%)"
     rows.append(("peak memory", peak))
+    kinds = memory.get("peak_by_kind") or []
+    if kinds:
+        rows.append(("made of", _made_of(kinds)))
     if r.network is not None:
         rows.append(("network", r.network))
         rows.append(

@@ -402,6 +402,9 @@ fn memory_section(a: &Analysis) {
         bytes(a.peak_memory_bytes),
         seconds(m.peak_time_s)
     ));
+    if !m.peak_by_kind.is_empty() {
+        out::line(format!("  made of          {}", made_of(&m.peak_by_kind)));
+    }
     let mut parts = format!(
         "  parameters {}, outputs {}, constants {}",
         bytes(m.parameter_bytes),
@@ -437,6 +440,12 @@ fn memory_section(a: &Analysis) {
             m.peak_buffer_count - m.peak_buffers.len()
         ));
     }
+}
+
+/// `59.2 GiB in 338 temporary buffers, 11.2 GiB in 881 parameter buffers`.
+fn made_of(kinds: &[tpusim_perf::KindAtPeak]) -> String {
+    let parts: Vec<String> = kinds.iter().map(|k| k.phrase(bytes)).collect();
+    parts.join(", ")
 }
 
 fn bound_name(b: Bound) -> &'static str {

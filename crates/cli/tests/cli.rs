@@ -225,6 +225,26 @@ fn demo_simulates_a_real_program_and_writes_json() {
     }
 }
 
+/// The time of the peak in the report's memory section (`Peak
+/// <strong>70.4 GiB</strong> at 911 ms`), in seconds.
+fn report_peak_time_s(report: &str) -> f64 {
+    let after = report
+        .split("Peak <strong>")
+        .nth(1)
+        .and_then(|s| s.split("</strong> at ").nth(1))
+        .expect("the report states its peak");
+    let mut words = after.split([' ', '(']);
+    let value: f64 = words.next().unwrap().parse().unwrap();
+    let scale = match words.next().unwrap() {
+        "s" => 1.0,
+        "ms" => 1e-3,
+        "µs" => 1e-6,
+        "ns" => 1e-9,
+        unit => panic!("unit {unit:?}"),
+    };
+    value * scale
+}
+
 #[test]
 fn the_default_demo_runs_without_input() {
     let dir = temp_dir("demo-default");
@@ -244,6 +264,20 @@ fn the_default_demo_runs_without_input() {
     let peak = v["peak_memory_bytes"].as_u64().unwrap();
     let hbm = v["memory"]["capacity_bytes"].as_u64().unwrap();
     assert!(peak > 0 && peak <= hbm, "peak {peak} B exceeds HBM {hbm} B");
+    // The headline says what the peak is made of, and the report puts the
+    // peak where the analysis does.
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("made of") && stdout.contains("temporary buffers"),
+        "{stdout}"
+    );
+    let report = std::fs::read_to_string(dir.join("tpusim-demo/report.html")).unwrap();
+    let report_peak_s = report_peak_time_s(&report);
+    let peak_s = v["memory"]["peak_time_s"].as_f64().unwrap();
+    assert!(
+        (report_peak_s - peak_s).abs() <= 0.005 * peak_s,
+        "the report's peak at {report_peak_s} s, the analysis's at {peak_s} s"
+    );
     let assumptions = v["assumptions"].to_string();
     for pass in [
         "reduce-scatter",

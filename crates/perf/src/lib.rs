@@ -38,7 +38,9 @@ pub mod schedule;
 pub mod tensorcore;
 
 pub use comm::{CollectiveStat, CommCost, CommModel, CommSummary, LocalOnly};
-pub use memory::{Allocation, BufferKind, LiveBuffer, MemoryPoint, MemoryProfile};
+pub use memory::{
+    peak_by_kind, Allocation, BufferKind, KindAtPeak, LiveBuffer, MemoryPoint, MemoryProfile,
+};
 pub use schedule::{
     op_name_path, schedule, schedule_with_memory, schedule_with_memory_cancellable, Event, Lane,
     Schedule,
@@ -182,6 +184,9 @@ pub struct MemorySummary {
     pub peak_buffers: Vec<LiveBuffer>,
     /// How many buffers are live at the peak in all.
     pub peak_buffer_count: usize,
+    /// What the peak is made of, over all its buffers (most bytes first).
+    #[serde(default)]
+    pub peak_by_kind: Vec<KindAtPeak>,
 }
 
 /// Buffers at the peak an analysis lists.
@@ -261,7 +266,7 @@ fn analyze_until(module: &Module, chip: &Chip, comm: &dyn CommModel, cancel: &Ca
                 .to_string(),
         );
     }
-    let memory = schedule::memory_of(m, module, chip, cancel);
+    let memory = schedule::memory_of(m, module, chip, comm, cancel);
     let mut a = finish(module, chip, acc, xla, unfused, assumptions);
     if let Some(h) = attention::flash_hint(m, &a) {
         // Materialized scores are the largest HBM cost of an unfused attention:
@@ -282,6 +287,7 @@ fn analyze_until(module: &Module, chip: &Chip, comm: &dyn CommModel, cancel: &Ca
         aliased_bytes: memory.aliased_bytes,
         capacity_bytes: memory.capacity_bytes,
         peak_buffer_count: memory.peak_buffers.len(),
+        peak_by_kind: memory::peak_by_kind(&memory.peak_buffers),
         peak_buffers: memory.peak_buffers.into_iter().take(PEAK_BUFFERS).collect(),
     };
     a.memory_timeline = memory.timeline;

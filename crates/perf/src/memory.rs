@@ -70,6 +70,47 @@ pub struct LiveBuffer {
     pub kind: BufferKind,
 }
 
+/// The bytes live at the peak that hold one kind of buffer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KindAtPeak {
+    pub kind: BufferKind,
+    pub bytes: u64,
+    pub buffers: usize,
+}
+
+impl KindAtPeak {
+    /// `59.2 GiB in 338 temporary buffers`, the bytes as `bytes` writes them.
+    pub fn phrase(&self, bytes: impl Fn(u64) -> String) -> String {
+        let plural = if self.buffers == 1 { "" } else { "s" };
+        format!(
+            "{} in {} {} buffer{plural}",
+            bytes(self.bytes),
+            self.buffers,
+            self.kind.name()
+        )
+    }
+}
+
+/// What the peak is made of: each kind's bytes and buffers, most bytes first.
+pub fn peak_by_kind(peak_buffers: &[LiveBuffer]) -> Vec<KindAtPeak> {
+    let mut kinds: Vec<KindAtPeak> = Vec::new();
+    for b in peak_buffers {
+        match kinds.iter_mut().find(|k| k.kind == b.kind) {
+            Some(k) => {
+                k.bytes = k.bytes.saturating_add(b.bytes);
+                k.buffers += 1;
+            }
+            None => kinds.push(KindAtPeak {
+                kind: b.kind,
+                bytes: b.bytes,
+                buffers: 1,
+            }),
+        }
+    }
+    kinds.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.kind.cmp(&b.kind)));
+    kinds
+}
+
 /// HBM use of one program on one device.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemoryProfile {

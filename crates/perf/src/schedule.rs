@@ -171,14 +171,17 @@ fn replay(
 }
 
 /// The memory profile of `timed` (a module prepared by
-/// [`crate::timed_module`] from `original`), without interconnect.
+/// [`crate::timed_module`] from `original`), collectives priced by `comm`
+/// as the views' replay prices them, so the peak falls at the same time in
+/// the analysis and in the report.
 pub(crate) fn memory_of(
     timed: &Module,
     original: &Module,
     chip: &Chip,
+    comm: &dyn CommModel,
     cancel: &Cancel,
 ) -> MemoryProfile {
-    replay_timed(timed, original, chip, &crate::LocalOnly, true, cancel)
+    replay_timed(timed, original, chip, comm, true, cancel)
         .3
         .unwrap_or_default()
 }
@@ -211,6 +214,7 @@ fn replay_timed(
         comm,
         trip_counts,
         op_times: HashMap::new(),
+        comm_times: HashMap::new(),
         clock: 0.0,
         ici_free: 0.0,
         dma_free: 0.0,
@@ -254,6 +258,9 @@ struct Replay<'a> {
     comm: &'a dyn CommModel,
     trip_counts: HashMap<InstrId, u64>,
     op_times: HashMap<InstrId, f64>,
+    /// Each communication instruction's time from `comm` (`None`: not one it
+    /// prices), asked once: a loop runs the same instruction every iteration.
+    comm_times: HashMap<InstrId, Option<f64>>,
     /// TensorCore clock.
     clock: f64,
     ici_free: f64,
@@ -420,10 +427,10 @@ impl Replay<'_> {
                 }
                 out
             }
-            Opcode::AsyncStart => match self.comm.cost(m, id) {
-                Some(cost) => {
+            Opcode::AsyncStart => match self.comm_time(id) {
+                Some(time_s) => {
                     let v = self.start_value(id, frame);
-                    self.start_transfer(id, cost.time_s, Lane::Ici);
+                    self.start_transfer(id, time_s, Lane::Ici);
                     v
                 }
                 None => {
@@ -481,17 +488,17 @@ impl Replay<'_> {
                 self.start_transfer(id, t, Lane::Dma);
                 v
             }
-            op if is_comm(op) => match self.comm.cost(m, id) {
-                Some(cost) if is_async_start(op) => {
+            op if is_comm(op) => match self.comm_time(id) {
+                Some(time_s) if is_async_start(op) => {
                     let v = self.start_value(id, frame);
-                    self.start_transfer(id, cost.time_s, Lane::Ici);
+                    self.start_transfer(id, time_s, Lane::Ici);
                     v
                 }
-                Some(cost) => {
+                Some(time_s) => {
                     let v = self.alloc(id);
                     let start = self.clock.max(self.ici_free);
-                    self.push(id, start, cost.time_s, Lane::Ici, None);
-                    self.ici_free = start + cost.time_s;
+                    self.push(id, start, time_s, Lane::Ici, None);
+                    self.ici_free = start + time_s;
                     self.clock = self.ici_free;
                     v
                 }
@@ -585,6 +592,14 @@ impl Replay<'_> {
             }
             _ => v,
         }
+    }
+
+    fn comm_time(&mut self, id: InstrId) -> Option<f64> {
+        let (m, comm) = (self.m, self.comm);
+        *self
+            .comm_times
+            .entry(id)
+            .or_insert_with(|| comm.cost(m, id).map(|c| c.time_s))
     }
 
     fn op_time(&mut self, id: InstrId) -> f64 {

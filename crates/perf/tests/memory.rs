@@ -183,6 +183,13 @@ fn every_corpus_module_has_a_memory_profile() {
                     .all(|p| p.bytes <= a.peak_memory_bytes),
                 "{name}"
             );
+            // The breakdown by kind accounts for the peak, buffer for buffer.
+            let kinds = &a.memory.peak_by_kind;
+            let by_kind: u64 = kinds.iter().map(|k| k.bytes).sum();
+            assert_eq!(by_kind, a.peak_memory_bytes, "{name}");
+            let buffers: usize = kinds.iter().map(|k| k.buffers).sum();
+            assert_eq!(buffers, a.memory.peak_buffer_count, "{name}");
+            assert!(kinds.windows(2).all(|w| w[0].bytes >= w[1].bytes), "{name}");
         }
     }
 }

@@ -2,7 +2,7 @@
 //! memory model's profile ([`tpusim_perf::MemoryProfile`]) or from the
 //! summary an [`Analysis`] carries.
 
-use tpusim_perf::{Analysis, LiveBuffer, MemoryProfile};
+use tpusim_perf::{Analysis, KindAtPeak, LiveBuffer, MemoryProfile};
 
 /// HBM in use over one step of one device.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -16,6 +16,8 @@ pub struct MemoryView {
     pub capacity_bytes: f64,
     /// The largest buffers live at the peak, largest first.
     pub buffers_at_peak: Vec<MemoryBuffer>,
+    /// What the peak is made of: each kind of buffer, most bytes first.
+    pub by_kind: Vec<KindAtPeak>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -50,6 +52,7 @@ impl MemoryView {
                 .take(max_buffers)
                 .map(buffer)
                 .collect(),
+            by_kind: tpusim_perf::peak_by_kind(&p.peak_buffers),
         }
     }
 
@@ -64,6 +67,7 @@ impl MemoryView {
             peak_time_s: a.memory.peak_time_s,
             capacity_bytes: a.memory.capacity_bytes as f64,
             buffers_at_peak: a.memory.peak_buffers.iter().map(buffer).collect(),
+            by_kind: a.memory.peak_by_kind.clone(),
         })
     }
 
