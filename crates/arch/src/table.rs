@@ -66,14 +66,15 @@ impl ChipSummary {
     }
 
     /// The row as display strings, in [`ChipSummary::HEADER`] order
-    /// (rates in TFLOP/s, capacity in GB, bandwidth in GB/s; decimal units).
+    /// (rates in TFLOP/s and bandwidth in GB/s, decimal; capacity in GiB, as every
+    /// memory figure tpusim prints).
     pub fn cells(&self) -> [String; 7] {
         [
             self.id.clone(),
             self.name.clone(),
             self.device.clone(),
             format!("{} TFLOP/s", trim_number(self.peak_bf16_flops_per_s / 1e12)),
-            format!("{} GB", trim_number(self.hbm_bytes as f64 / 1e9)),
+            format!("{:.1} GiB", self.hbm_bytes as f64 / f64::from(1u32 << 30)),
             format!("{} GB/s", trim_number(self.hbm_bandwidth_bytes_per_s / 1e9)),
             self.ici.clone(),
         ]

@@ -136,7 +136,7 @@ fn chips_table_has_one_row_per_chip() {
     let cells = v5e.cells();
     assert_eq!(cells.len(), ChipSummary::HEADER.len());
     assert_eq!(cells[3], "197 TFLOP/s");
-    assert_eq!(cells[4], "16 GB");
+    assert_eq!(cells[4], "14.9 GiB");
     assert_eq!(cells[5], "820 GB/s");
     assert_eq!(cells[6], "ICI 4×45 GB/s/dir, 2D torus ≤16x16");
     let h100 = rows.iter().find(|r| r.id == "h100").unwrap();

@@ -12,12 +12,12 @@ use tpusim_hlo::summary::summarize;
 /// demo needs no input.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Model {
-    /// A small transformer train step, `jax.jit(...).lower()` (jax 0.10.2), 0.03 MB
+    /// A small transformer train step, `jax.jit(...).lower()` (jax 0.10.2), 26 KiB of HLO text
     Transformer,
-    /// Llama 3.1 8B train step, one device of an 8-way SPMD program (XLA benchmark), 3.0 MB
+    /// Llama 3.1 8B train step, one device of an 8-way SPMD program (XLA benchmark), 2.8 MiB of HLO text
     #[value(name = "llama3-8b")]
     Llama3_8b,
-    /// Mixtral 8x7B train step, one device of an 8-way SPMD program (XLA benchmark), 3.9 MB
+    /// Mixtral 8x7B train step, one device of an 8-way SPMD program (XLA benchmark), 3.7 MiB of HLO text
     #[value(name = "mixtral-8x7b")]
     Mixtral8x7b,
 }
@@ -48,8 +48,8 @@ pub struct Args {
     model: Model,
     /// Chip to simulate (see `tpusim chips`). The default Llama 3.1 8B step
     /// (batch 2 × 8192 tokens per device, FSDP over 8 chips, no
-    /// rematerialization) needs ~83 GiB per device once compiled: it fits a
-    /// v5p (95 GB), not a 16 GB v5e
+    /// rematerialization) needs ~70 GiB per device once compiled: it fits a
+    /// v5p (89.4 GiB), not a v5e (14.9 GiB)
     #[arg(long, default_value = "v5p")]
     chip: String,
     /// Where to write the analysis as JSON

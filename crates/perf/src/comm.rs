@@ -22,7 +22,9 @@ pub struct CommCost {
     pub axes: Vec<String>,
     /// The collective family (`all-gather`, ...).
     pub kind: String,
-    /// Explanations worth showing the user.
+    /// What the model noticed about this collective, worth showing the user,
+    /// without its name (`crosses 4 slices over DCN, ...`): the analysis
+    /// names, once, every collective a note holds for.
     pub hints: Vec<String>,
 }
 

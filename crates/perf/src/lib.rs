@@ -268,13 +268,21 @@ fn analyze_until(module: &Module, chip: &Chip, comm: &dyn CommModel, cancel: &Ca
     }
     let memory = schedule::memory_of(m, module, chip, comm, cancel);
     let mut a = finish(module, chip, acc, xla, unfused, assumptions);
+    a.devices = comm.devices(module);
+    let network_notes = net.summarize(&mut a, comm.describe());
+    // Ranked once the communication is known: an exposed collective competes
+    // with the kernels for the top of the list.
+    a.hints = hints(&a, chip);
+    for h in network_notes {
+        if !a.hints.contains(&h) {
+            a.hints.push(h);
+        }
+    }
     if let Some(h) = attention::flash_hint(m, &a) {
         // Materialized scores are the largest HBM cost of an unfused attention:
         // its fix leads the list.
         a.hints.insert(0, h);
     }
-    a.devices = comm.devices(module);
-    net.summarize(&mut a, comm.describe());
     if let Some(w) = &memory.warning {
         a.hints.insert(0, w.clone());
     }
@@ -423,7 +431,7 @@ fn finish(
         *time_by_category.entry(o.category).or_insert(0.0) += o.time_s;
     }
     ops.sort_by(|a, b| b.time_s.total_cmp(&a.time_s));
-    let mut a = Analysis {
+    Analysis {
         module: module.name.clone(),
         chip: chip.id.clone(),
         devices: 1,
@@ -453,9 +461,7 @@ fn finish(
         assumptions,
         hints: Vec::new(),
         communication: CommSummary::default(),
-    };
-    a.hints = hints(&a, chip);
-    a
+    }
 }
 
 /// Totals of a (partial) program walk.
@@ -574,28 +580,29 @@ impl NetAcc {
         }
     }
 
-    fn summarize(mut self, a: &mut Analysis, network: Option<String>) {
+    /// Puts the communication summary into `a`; returns the network model's
+    /// notes on the longest collectives (a non-wrapping ring, DCN, ...).
+    fn summarize(mut self, a: &mut Analysis, network: Option<String>) -> Vec<String> {
         self.stats.sort_by(|x, y| y.time_s.total_cmp(&x.time_s));
         let communication_s = self.stats.iter().fold(0.0, |t, s| t + s.time_s);
         let exposed = self.stats.iter().fold(0.0, |t, s| t + s.exposed_s);
+        // One line per note, naming every collective it holds for.
+        let mut notes: Vec<(String, Vec<&str>)> = Vec::new();
         for s in self.stats.iter().take(HINT_OPS) {
-            if let Some((_, hs)) = self.hints.iter().find(|(n, _)| *n == s.name) {
-                for h in hs {
-                    if !a.hints.contains(h) {
-                        a.hints.push(h.clone());
-                    }
+            let Some((_, hs)) = self.hints.iter().find(|(n, _)| *n == s.name) else {
+                continue;
+            };
+            for h in hs {
+                match notes.iter_mut().find(|(note, _)| note == h) {
+                    Some((_, names)) => names.push(&s.name),
+                    None => notes.push((h.clone(), vec![&s.name])),
                 }
             }
         }
-        if communication_s > 0.0 && a.step_time_s > 0.0 {
-            a.hints.push(format!(
-                "communication takes {:.1}% of the step ({:.1}% exposed, {:.1}% hidden behind \
-                 compute)",
-                100.0 * communication_s / a.step_time_s,
-                100.0 * exposed / a.step_time_s,
-                100.0 * (communication_s - exposed) / a.step_time_s
-            ));
-        }
+        let notes = notes
+            .into_iter()
+            .map(|(note, names)| format!("{}: {note}", name_list(&names)))
+            .collect();
         a.communication = CommSummary {
             network,
             compute_s: (a.step_time_s - exposed).max(0.0),
@@ -603,6 +610,17 @@ impl NetAcc {
             exposed_communication_s: exposed,
             collectives: self.stats,
         };
+        notes
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`, `a, b, c and 4 more`.
+fn name_list(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [rest @ .., last] if names.len() <= 3 => format!("{} and {last}", rest.join(", ")),
+        _ => format!("{} and {} more", names[..3].join(", "), names.len() - 3),
     }
 }
 
@@ -1049,6 +1067,7 @@ fn ranked_hints(a: &Analysis, chip: &Chip) -> Vec<(f64, String)> {
         return out;
     }
     class_hints(a, &mut out);
+    communication_hints(a, &mut out);
     let share = |t: f64| 100.0 * t / a.step_time_s;
     let mut memory_bound: Vec<MemoryBoundGroup> = Vec::new();
     // Every op joins its memory-bound group (twelve layers' matmuls just below
@@ -1230,6 +1249,124 @@ struct MemoryBoundGroup {
     ops: usize,
     time_s: f64,
     stake_s: f64,
+}
+
+/// Exposed communication, by kind of collective and the torus axes it runs
+/// over (where a mesh axis was placed), worth a hint from this share of the
+/// step.
+const COMM_HINT_SHARE_PCT: f64 = 1.0;
+
+/// Communication hints, ranked by the time they expose: one per kind of
+/// collective over one set of torus axes exposing at least
+/// [`COMM_HINT_SHARE_PCT`] of the step, with the fix for that kind (which
+/// parallelism it serves, and what moves it off the critical path); a
+/// statement of the totals when no such group stands out.
+fn communication_hints(a: &Analysis, out: &mut Vec<(f64, String)>) {
+    let c = &a.communication;
+    if c.communication_s <= 0.0 {
+        return;
+    }
+    let share = |t: f64| 100.0 * t / a.step_time_s;
+    let mut groups: Vec<CommGroup> = Vec::new();
+    for s in &c.collectives {
+        // Gathers and scatters share a fix (both are FSDP's): one hint.
+        let family = match s.kind.as_str() {
+            "all-gather" | "reduce-scatter" => "all-gathers and reduce-scatters".to_string(),
+            kind => format!("{kind}s"),
+        };
+        let key = (family, s.axes.join(","), s.group_size, s.is_async);
+        let at = groups.iter().position(|g| g.key == key);
+        let g = match at {
+            Some(i) => &mut groups[i],
+            None => {
+                groups.push(CommGroup {
+                    key,
+                    names: Vec::new(),
+                    exposed_s: 0.0,
+                });
+                groups.last_mut().expect("just pushed")
+            }
+        };
+        g.exposed_s += s.exposed_s;
+        if s.exposed_s > 0.0 {
+            g.names.push((s.exposed_s, s.name.clone()));
+        }
+    }
+    let mut any = false;
+    for g in &mut groups {
+        if share(g.exposed_s) < COMM_HINT_SHARE_PCT {
+            continue;
+        }
+        any = true;
+        g.names.sort_by(|x, y| y.0.total_cmp(&x.0));
+        let (family, axes, group_size, is_async) = &g.key;
+        let longest: Vec<&str> = g.names.iter().map(|n| n.1.as_str()).collect();
+        out.push((
+            g.exposed_s,
+            format!(
+                "{family} over torus axes {axes} (groups of {group_size}) expose {:.1}% of the \
+                 step ({}): {}",
+                share(g.exposed_s),
+                name_list(&longest),
+                communication_fix(family, axes, *is_async)
+            ),
+        ));
+    }
+    if !any {
+        out.push((
+            0.0,
+            format!(
+                "communication takes {:.1}% of the step ({:.1}% exposed, {:.1}% hidden behind \
+                 compute)",
+                share(c.communication_s),
+                share(c.exposed_communication_s),
+                share(c.communication_s - c.exposed_communication_s)
+            ),
+        ));
+    }
+}
+
+/// What takes a family of collectives off the critical path.
+fn communication_fix(family: &str, axes: &str, is_async: bool) -> &'static str {
+    if !is_async {
+        return "they run synchronously, so no compute hides them: let XLA make them \
+                asynchronous (tpusim's TPU compiler does unless --as-given)";
+    }
+    if axes.split(',').any(|a| a == "dcn") {
+        return "they cross slices over DCN: map the mesh axis they run over to ICI inside a \
+                slice and keep only data parallelism (one gradient reduction per step) across \
+                slices";
+    }
+    match family {
+        "all-gathers and reduce-scatters" => {
+            "these are FSDP's weight gathers and gradient scatters: shard weights over a \
+             mesh axis of fewer chips (more pure data parallelism, if memory allows) or give \
+             each device a larger batch so each layer's compute covers them"
+        }
+        "all-reduces" => {
+            "per-layer all-reduces are tensor parallelism, whose cost per chip grows with \
+             the axis: put the model axis on fewer chips, or split each into a reduce-scatter \
+             and an all-gather around the layer's element-wise ops (sequence parallelism) so \
+             compute hides them"
+        }
+        "all-to-alls" => {
+            "all-to-alls are expert (or sequence) parallelism: put that mesh axis on fewer \
+             chips, or lower the expert capacity factor"
+        }
+        _ => {
+            "overlap them with independent compute (XLA's collective matmul, \
+             --xla_tpu_enable_windowed_einsum_for_all_gather) or run them on a wrapping torus \
+             axis"
+        }
+    }
+}
+
+struct CommGroup {
+    /// (family, torus axes, group size, async).
+    key: (String, String, u32, bool),
+    /// Collectives with exposed time, with it.
+    names: Vec<(f64, String)>,
+    exposed_s: f64,
 }
 
 /// Whole-step hints: a step mostly HBM-bound, or mostly copying and slicing,

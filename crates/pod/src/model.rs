@@ -74,7 +74,6 @@ impl CommModel for PodModel {
         }
         let a = analytic::cost(&self.pod, &c);
         let mut hints: Vec<String> = Vec::new();
-        let name = &m.instr(id).name;
         let time_s = match self.network {
             Network::Analytic => a.time_s,
             Network::Sim if self.cancel.is_cancelled() => a.time_s,
@@ -82,16 +81,17 @@ impl CommModel for PodModel {
                 Some(r) => r.time_s,
                 None if self.cancel.is_cancelled() => a.time_s,
                 None => {
-                    hints.push(format!(
-                        "{name}: too many transfers for the link-level simulation; priced \
-                         with the analytical model"
-                    ));
+                    hints.push(
+                        "too many transfers for the link-level simulation: priced with the \
+                         analytical model"
+                            .into(),
+                    );
                     a.time_s
                 }
             },
         };
         for note in &a.notes {
-            hints.push(hint(name, c.kind.name(), note, &a));
+            hints.push(hint(c.kind.name(), note, &a));
         }
         Some(CommCost {
             time_s,
@@ -134,40 +134,42 @@ impl CommModel for PodModel {
     }
 }
 
+/// Bytes in binary units, as every memory figure tpusim prints.
 fn kb(bytes: f64) -> String {
-    if bytes >= 1e6 {
-        format!("{:.1} MB", bytes / 1e6)
-    } else if bytes >= 1e3 {
-        format!("{:.0} kB", bytes / 1e3)
+    const KIB: f64 = 1024.0;
+    if bytes >= KIB * KIB {
+        format!("{:.1} MiB", bytes / (KIB * KIB))
+    } else if bytes >= KIB {
+        format!("{:.0} KiB", bytes / KIB)
     } else {
         format!("{bytes:.0} B")
     }
 }
 
-fn hint(name: &str, kind: &str, note: &Note, a: &analytic::Cost) -> String {
+/// What the network model noticed about one collective, without its name
+/// (the analysis names every collective a note holds for).
+fn hint(kind: &str, note: &Note, a: &analytic::Cost) -> String {
     match note {
         Note::NonWrapping { axis, n } => format!(
-            "{name} spans a non-wrapping axis of {n} ({axis}): ring on one direction; a \
-             wraparound (full axis) would halve its bandwidth time"
+            "a non-wrapping axis of {n} ({axis}) carries the ring one way; a wraparound \
+             (full axis) would halve the bandwidth time"
         ),
         Note::LatencyBound {
             bytes_per_hop,
             threshold,
         } => format!(
-            "this {kind} is latency-bound ({name}): {} per hop, below the {} a link moves in \
-             one hop latency",
+            "latency-bound {kind}: {} per hop, below the {} a link moves in one hop latency",
             kb(*bytes_per_hop),
             kb(*threshold)
         ),
-        Note::Irregular => format!(
-            "{name}: its group is not a sub-block of the torus: priced as one ring in group order"
-        ),
+        Note::Irregular => {
+            "the group is not a sub-block of the torus: priced as one ring in group order".into()
+        }
         Note::Dcn { slices } => format!(
-            "{name} crosses {slices} slices over DCN: {:.1} of its {:.1} µs",
-            a.dcn_s * 1e6,
-            a.time_s * 1e6
+            "over DCN across {slices} slices, {:.0}% of the time",
+            100.0 * a.dcn_s / a.time_s.max(f64::MIN_POSITIVE)
         ),
-        Note::OutsidePod => format!("{name}: a device of its group is outside the pod"),
+        Note::OutsidePod => "a device of the group is outside the pod".into(),
     }
 }
 

@@ -244,3 +244,45 @@ fn pods_beyond_the_device_limit_are_refused_before_anything_is_built() {
     assert!(Pod::unchecked(&chip, &[16, 16], largest).is_ok());
     assert!(Pod::unchecked(&chip, &[16, 16], largest + 1).is_err());
 }
+
+/// Three alike all-reduces across two slices: the network's note on DCN is
+/// one line naming all three, not one line each; a synchronous one that no
+/// compute hides gets the ranked hint to make it asynchronous.
+#[test]
+fn network_notes_name_every_collective_once() {
+    let mut text = String::from(
+        "HloModule m, num_partitions=8\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY e {\n  p = f32[1024,1024] parameter(0)\n",
+    );
+    for k in 0..3 {
+        text += &format!(
+            "  ar{k} = f32[1024,1024] all-reduce(p), channel_id={}, replica_groups={{{{0,4}},{{1,5}},{{2,6}},{{3,7}}}}, use_global_device_ids=true, to_apply=add\n",
+            k + 1
+        );
+    }
+    text += "  ROOT t = (f32[1024,1024], f32[1024,1024], f32[1024,1024]) tuple(ar0, ar1, ar2)\n}\n";
+    let m = tpusim_hlo::parse_module(&text).unwrap();
+    let chip = by_id("v5e").unwrap();
+    let pod = Pod::for_chip(&chip, &parse_shape("2x2").unwrap(), 2).unwrap();
+    let a = analyze_with(&m, &chip, &PodModel::new(pod, Network::Analytic));
+    let dcn: Vec<&String> = a.hints.iter().filter(|h| h.contains("over DCN")).collect();
+    let note = dcn
+        .iter()
+        .find(|h| h.contains("slices, "))
+        .unwrap_or_else(|| panic!("{:?}", a.hints));
+    assert!(
+        note.starts_with("ar0, ar1 and ar2: over DCN across 2 slices"),
+        "{note}"
+    );
+    assert_eq!(
+        a.hints.iter().filter(|h| h.contains(" slices, ")).count(),
+        1,
+        "{:?}",
+        a.hints
+    );
+    assert!(
+        a.hints[0].starts_with("all-reduces over torus axes dcn (groups of 2)")
+            && a.hints[0].contains("synchronously"),
+        "{:?}",
+        a.hints
+    );
+}

@@ -82,6 +82,88 @@ fn page_errors(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
+/// The rendered section `id` (the DOM after the report's script ran).
+fn section<'a>(dom: &'a str, id: &str) -> &'a str {
+    let start = format!("<section id=\"{id}\">");
+    dom.split(&start)
+        .nth(1)
+        .and_then(|s| s.split("</section>").next())
+        .unwrap_or_else(|| panic!("no section {id} in the rendered report"))
+}
+
+/// Each section of the rendered report shows this run's figures: the step
+/// time, a roofline point per op, a table row per op, the memory peak and
+/// its chart, a row per collective, every hint and assumption.
+fn check_sections(dom: &str, sim: &common::Owned) {
+    use tpusim_report::units::{bytes, seconds};
+    let a = &sim.analysis;
+    let summary = section(dom, "summary");
+    assert!(summary.contains(&seconds(a.step_time_s)), "{summary}");
+    assert!(summary.contains("MFU"), "{summary}");
+
+    let roofline = section(dom, "roofline");
+    let points = roofline.matches("<circle class=\"dot ").count();
+    let priced = a
+        .ops
+        .iter()
+        .filter(|o| o.flops > 0.0 || o.bytes_accessed > 0.0)
+        .count();
+    assert!(
+        points > 0 && points <= a.ops.len(),
+        "{points} points for {} ops",
+        a.ops.len()
+    );
+    assert!(
+        points >= priced.min(1),
+        "{points} points, {priced} ops with work"
+    );
+
+    let ops = section(dom, "ops");
+    let rows = ops.matches("<tr").count() - 1; // the header row
+    assert_eq!(rows, a.ops.len().min(1000), "op table rows");
+    assert!(
+        ops.contains(&a.ops[0].name),
+        "the longest op is in the table"
+    );
+
+    let memory = section(dom, "memory");
+    let peak = format!(
+        "Peak <strong>{}</strong> at {}",
+        bytes(sim.memory.peak_bytes),
+        seconds(sim.memory.peak_time_s)
+    );
+    assert!(memory.contains(&peak), "{peak} not in the memory section");
+    assert!(
+        memory.contains("made of") && memory.contains("<svg"),
+        "{memory}"
+    );
+
+    let communication = section(dom, "communication");
+    let collectives = sim
+        .schedule
+        .events
+        .iter()
+        .filter(|e| e.lane == tpusim_perf::Lane::Ici)
+        .count();
+    assert!(collectives > 0);
+    assert!(communication.contains("<table"), "{communication}");
+
+    let notes = section(dom, "notes");
+    for item in a.hints.iter().chain(&a.assumptions) {
+        let escaped = item
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;");
+        assert!(notes.contains(&escaped), "{item} not listed");
+    }
+    assert!(!a.hints.is_empty() && !a.assumptions.is_empty());
+    assert_eq!(
+        notes.matches("<li").count(),
+        a.hints.len() + a.assumptions.len(),
+        "one item per hint and assumption"
+    );
+}
+
 #[test]
 fn report_renders_in_headless_chromium_without_errors() {
     let browser = tpusim_testtools::chromium(env!("CARGO_TARGET_TMPDIR"));
@@ -125,6 +207,7 @@ fn report_renders_in_headless_chromium_without_errors() {
     );
     let errors = page_errors(&stderr);
     assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+    check_sections(&stdout, &sim);
 
     let png = dir.join("report.png");
     let _ = std::fs::remove_file(&png);
