@@ -20,13 +20,16 @@ a copy of the file and checks:
     equal to the predicted step;
   - memory_profile has one allocator per device whose lifetime peak is the
     predicted peak HBM use;
-  - overview_page shows the predicted MXU and HBM utilization;
+  - overview_page shows the predicted MXU and HBM utilization, and calls a
+    program with a backward pass (a `transpose(` name scope) training;
   - graph_viewer prints the program (every op) and draws the graph around an
     op, from the HloProto in the metadata plane; memory_viewer's peak heap is
     the predicted peak;
   - trace_viewer has every op event and one step per step and device;
     input_pipeline_analyzer one column per step; framework_op_stats the busy
-    time; pod_viewer one entry per step.
+    time; pod_viewer a step breakdown per step and core whose compute,
+    collectives and transfers add up to the busy time and whose parts add up
+    to the step.
 Prints one line per tool; exits 1 on the first mismatch. Needs `pip install xprof`.
 """
 import json
@@ -168,6 +171,10 @@ def main():
     snap = next(iter(mp.values()))["memoryProfileSnapshots"][0]["activityMetadata"]
     print(f"memory_profile: {len(mp)} allocator(s), peak {want['peak_bytes']} B as predicted, "
           f"e.g. {snap['regionType']} {snap['dataType']} {snap['tensorShape']}")
+    training = next((t["p"]["is_training"] for t in ov if "is_training" in t.get("p", {})), None)
+    if "is_training" in want and training != ("true" if want["is_training"] else "false"):
+        fail(f"overview_page: is_training {training}, expected {want['is_training']}")
+    print(f"overview_page: is_training {training}")
     host = ov[0]["p"].get("host_tf_op_percent")
     if host != "0.0%":
         fail(f"overview_page: op placement puts {host} of the ops on the host")
@@ -229,12 +236,30 @@ def main():
         fail(f"framework_op_stats: device self time {dev} s != {total_s} s")
     print(f"framework_op_stats: {len(fo)} rows, device self time {dev * 1e6:.3f} us as predicted")
 
-    # pod_viewer: one entry per step, the chip's name.
+    # pod_viewer: per step, every core's step breakdown (from each device plane's
+    # core_details): the step's time split into TensorCore compute, collectives and
+    # device-to-device transfers (together the predicted busy time) and idle.
     pv = tool("pod_viewer")
-    n = len(pv["podStatsSequence"]["podStatsMap"])
-    if n != want["steps"] or not pv.get("deviceType", "").startswith("TPU"):
-        fail(f"pod_viewer: {n} steps, device {pv.get('deviceType')}")
-    print(f"pod_viewer: {n} steps on {pv['deviceType']}")
+    steps_pv = pv["podStatsSequence"]["podStatsMap"]
+    if len(steps_pv) != want["steps"] or not pv.get("deviceType", "").startswith("TPU"):
+        fail(f"pod_viewer: {len(steps_pv)} steps, device {pv.get('deviceType')}")
+    names = {e["id"]: e["name"] for e in pv["stepBreakdownEvents"]}
+    for step in steps_pv:
+        cores = step.get("podStatsPerCore", {})
+        if len(cores) != devices:
+            fail(f"pod_viewer: step {step['stepNum']} has {len(cores)} cores, not {devices}")
+        for core, rec in cores.items():
+            parts = {names[int(k)]: v * 1e-6 for k, v in rec["stepBreakdownUs"].items()}
+            busy = parts["Device compute"] + parts["Device collective communication"] + parts["Device to device"]
+            if not close(rec["totalDurationUs"] * 1e-6, want["step_s"]) or not close(busy, busy_s):
+                fail(f"pod_viewer: step {step['stepNum']} core {core}: {rec}")
+            if not close(sum(parts.values()), want["step_s"]):
+                fail(f"pod_viewer: step {step['stepNum']} core {core} breakdown sums to {sum(parts.values())} s")
+    rec = next(iter(steps_pv[0]["podStatsPerCore"].values()))
+    parts = {names[int(k)]: v for k, v in rec["stepBreakdownUs"].items() if v > 0}
+    print(f"pod_viewer: {len(steps_pv)} steps x {devices} cores on {pv['deviceType']}, step "
+          f"{rec['totalDurationUs']:.3f} us = " + ", ".join(f"{k} {v:.3f} us" for k, v in parts.items())
+          + f"; bottleneck {rec['bottleneck']}")
     shutil.rmtree(tmp, ignore_errors=True)
     print("OK")
 

@@ -5,7 +5,9 @@
 //! each op's event metadata, plus `/host:metadata` and `Task Environment`.
 
 use crate::xplane::XStatMetadata;
-use crate::xplane::{x_event, x_stat, XEvent, XEventMetadata, XLine, XPlane, XSpace, XStat};
+use crate::xplane::{
+    x_event, x_stat, CoreDetails, XEvent, XEventMetadata, XLine, XPlane, XSpace, XStat,
+};
 use crate::TraceError;
 use prost::Message;
 use std::collections::HashMap;
@@ -194,6 +196,20 @@ pub fn build_xspace(run: &SimulatedRun) -> XSpace {
     }
 }
 
+/// Which core the plane of device `ordinal` is: one TensorCore per device,
+/// the devices numbered as chips of the one simulated host.
+fn core_details(run: &SimulatedRun, ordinal: u32) -> CoreDetails {
+    CoreDetails {
+        hostname: run.host.clone(),
+        device_ordinal: ordinal,
+        core_num: 0,
+        local_chip_id: ordinal,
+        global_chip_id: ordinal,
+        global_core_id: ordinal,
+        is_sparse_core: false,
+    }
+}
+
 fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> XPlane {
     let chip = run.chip;
     let s = d.schedule;
@@ -226,6 +242,10 @@ fn device_plane(run: &SimulatedRun, d: &SimulatedDevice, module_name: &str) -> X
         p.stat(
             "total_profile_duration_ps",
             x_stat::Value::Uint64Value(ps(total) as u64),
+        ),
+        p.stat(
+            "core_details",
+            x_stat::Value::BytesValue(core_details(run, d.ordinal).encode_to_vec()),
         ),
     ];
     p.plane.stats = plane_stats;

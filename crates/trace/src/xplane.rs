@@ -126,3 +126,22 @@ pub struct XStatMetadata {
     #[prost(string, tag = "3")]
     pub description: String,
 }
+
+/// A TPU device plane's `core_details` stat (xprof's `op_stats.proto`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CoreDetails {
+    #[prost(string, tag = "1")]
+    pub hostname: String,
+    #[prost(uint32, tag = "2")]
+    pub device_ordinal: u32,
+    #[prost(uint32, tag = "3")]
+    pub core_num: u32,
+    #[prost(uint32, tag = "4")]
+    pub local_chip_id: u32,
+    #[prost(uint32, tag = "5")]
+    pub global_chip_id: u32,
+    #[prost(uint32, tag = "6")]
+    pub global_core_id: u32,
+    #[prost(bool, tag = "7")]
+    pub is_sparse_core: bool,
+}

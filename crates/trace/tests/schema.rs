@@ -38,6 +38,7 @@ fn every_proto_field_has_its_tag_in_the_rust_messages() {
         assert!(found, "{name} = {tag} not in src/xplane.rs");
         fields += 1;
     }
-    // XSpace, XPlane, XLine, XEvent, XStat, XEventMetadata, XStatMetadata.
-    assert_eq!(fields, 4 + 6 + 7 + 5 + 8 + 6 + 3);
+    // XSpace, XPlane, XLine, XEvent, XStat, XEventMetadata, XStatMetadata,
+    // CoreDetails.
+    assert_eq!(fields, 4 + 6 + 7 + 5 + 8 + 6 + 3 + 7);
 }

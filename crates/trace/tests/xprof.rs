@@ -78,7 +78,15 @@ fn check_with_xprof(tag: &str, m: &tpusim_hlo::Module, comm: &dyn CommModel, dev
         entry["occurrences"] = (entry["occurrences"].as_u64().unwrap() + n as u64).into();
     }
     let (mxu_percent, hbm_percent) = tpusim_trace::utilization(&run);
+    // xprof calls a JAX program training when an op's name scopes hold a
+    // `transpose(` (the backward pass): our HloProto must carry the metadata.
+    let is_training = sm.instrs.iter().any(|i| {
+        i.metadata()
+            .and_then(|md| md.op_name.as_deref())
+            .is_some_and(|n| n.split('/').any(|scope| scope.starts_with("transpose(")))
+    });
     let want = serde_json::json!({
+        "is_training": is_training,
         "mxu_percent": mxu_percent,
         "hbm_percent": hbm_percent,
         "module": format!("{}({})", sm.name, tpusim_trace::PROGRAM_ID),
