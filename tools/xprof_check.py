@@ -13,7 +13,7 @@ a copy of the file and checks:
     category (collectives, their async halves included, by kind), and
     the times sum to steps x devices x the predicted TensorCore busy time
     (the predicted step when nothing overlaps);
-  - op_profile has the same ops (time and FLOPs) under the program, whose
+  - op_profile has the same ops (time, FLOPs and HBM bytes) under the program, whose
     total (IDLE included) is steps x devices x the predicted step;
   - roofline_model has rows and the chip's peaks;
   - overview_page reports the device type and, per step, TensorCore compute
@@ -122,6 +122,10 @@ def main():
             fail(f"op_profile: {name} rawTime {m['rawTime']} ps != {w['time_s'] * 1e12}")
         if not close(m.get("rawFlops", 0), w["flops"] * w["occurrences"], abs_=1.0):
             fail(f"op_profile: {name} rawFlops {m.get('rawFlops')} != {w['flops'] * w['occurrences']}")
+        # HBM bytes (memory space 0 of the op profile's arrays): what the op moves per run.
+        hbm = (m.get("rawBytesAccessedArray") or [0])[0]
+        if "bytes" in w and not close(hbm, w["bytes"] * w["occurrences"], rel=1e-6, abs_=w["occurrences"]):
+            fail(f"op_profile: {name} HBM bytes {hbm} != {w['bytes'] * w['occurrences']}")
     # The program total includes IDLE: the whole steps on every device.
     step_total_s = want["step_s"] * want["steps"] * devices
     prof_total = prof["byProgram"]["metrics"]["rawTime"] * 1e-12
@@ -130,7 +134,9 @@ def main():
     op_sum = sum(m["rawTime"] for n, m in leaves.items() if n in ops) * 1e-12
     if not close(op_sum, total_s):
         fail(f"op_profile: ops sum to {op_sum} s != {total_s} s")
-    print(f"op_profile: {len(leaves)} ops, {prof['deviceType']}, total {prof_total * 1e6:.3f} us")
+    util = prof["byProgram"]["metrics"].get("bandwidthUtils", [0])[0]
+    print(f"op_profile: {len(leaves)} ops, {prof['deviceType']}, total {prof_total * 1e6:.3f} us, "
+          f"HBM bandwidth utilization {100 * util:.1f}%")
 
     # roofline_model
     roof = tool("roofline_model")

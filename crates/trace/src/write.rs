@@ -6,7 +6,8 @@
 
 use crate::xplane::XStatMetadata;
 use crate::xplane::{
-    x_event, x_stat, CoreDetails, XEvent, XEventMetadata, XLine, XPlane, XSpace, XStat,
+    x_event, x_stat, CoreDetails, MemoryAccessBreakdown, MemoryAccessed, XEvent, XEventMetadata,
+    XLine, XPlane, XSpace, XStat,
 };
 use crate::TraceError;
 use prost::Message;
@@ -399,6 +400,27 @@ pub fn is_sync_collective(m: &Module, id: InstrId) -> bool {
         && !(name.ends_with("-start") || name.ends_with("-done") || name.ends_with("-update"))
 }
 
+/// The HBM bytes an op moves, as xprof's op profile and roofline read
+/// them: its result written once, the rest of its traffic read.
+fn hbm_reads_and_writes(
+    ins: &tpusim_hlo::Instruction,
+    bytes_accessed: f64,
+) -> MemoryAccessBreakdown {
+    const READ: i32 = 1;
+    const WRITE: i32 = 2;
+    const HBM: u64 = 1;
+    let total = bytes_accessed.max(0.0).round() as u64;
+    let written = ins.shape.byte_size().min(total);
+    let access = |operation_type, bytes_accessed| MemoryAccessed {
+        operation_type,
+        memory_space: HBM,
+        bytes_accessed,
+    };
+    MemoryAccessBreakdown {
+        memory_accessed: vec![access(READ, total - written), access(WRITE, written)],
+    }
+}
+
 /// Per-op stats (on the op's event metadata: they hold for every run).
 fn op_stats(p: &mut PlaneBuilder, run: &SimulatedRun, m: &Module, id: InstrId) -> Vec<XStat> {
     let t = op_time(m, run.chip, id);
@@ -422,6 +444,10 @@ fn op_stats(p: &mut PlaneBuilder, run: &SimulatedRun, m: &Module, id: InstrId) -
         p.stat(
             "bytes_accessed",
             x_stat::Value::Uint64Value(t.bytes_accessed.round() as u64),
+        ),
+        p.stat(
+            "memory_access_breakdown",
+            x_stat::Value::BytesValue(hbm_reads_and_writes(ins, t.bytes_accessed).encode_to_vec()),
         ),
         p.stat(
             "hlo_module",

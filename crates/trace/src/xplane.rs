@@ -145,3 +145,23 @@ pub struct CoreDetails {
     #[prost(bool, tag = "7")]
     pub is_sparse_core: bool,
 }
+
+/// An op's `memory_access_breakdown` stat (xprof's `op_metrics.proto`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MemoryAccessBreakdown {
+    #[prost(message, repeated, tag = "1")]
+    pub memory_accessed: Vec<MemoryAccessed>,
+}
+
+/// `OpMetrics.MemoryAccessed`: bytes one op moves in one memory space.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MemoryAccessed {
+    /// 1: read, 2: write.
+    #[prost(int32, tag = "1")]
+    pub operation_type: i32,
+    /// 1: HBM.
+    #[prost(uint64, tag = "2")]
+    pub memory_space: u64,
+    #[prost(uint64, tag = "3")]
+    pub bytes_accessed: u64,
+}

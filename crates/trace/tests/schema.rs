@@ -39,6 +39,6 @@ fn every_proto_field_has_its_tag_in_the_rust_messages() {
         fields += 1;
     }
     // XSpace, XPlane, XLine, XEvent, XStat, XEventMetadata, XStatMetadata,
-    // CoreDetails.
-    assert_eq!(fields, 4 + 6 + 7 + 5 + 8 + 6 + 3 + 7);
+    // CoreDetails, MemoryAccessBreakdown, MemoryAccessed.
+    assert_eq!(fields, 4 + 6 + 7 + 5 + 8 + 6 + 3 + 7 + 1 + 3);
 }

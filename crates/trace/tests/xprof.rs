@@ -70,7 +70,8 @@ fn check_with_xprof(tag: &str, m: &tpusim_hlo::Module, comm: &dyn CommModel, dev
     for &(instr, dur_s) in &timed {
         let name = sm.instr(instr).name.clone();
         let entry = expected.entry(name).or_insert_with(|| {
-            serde_json::json!({"flops": op_time(sm, &chip, instr).flops, "time_s": 0.0, "occurrences": 0,
+            let t = op_time(sm, &chip, instr);
+            serde_json::json!({"flops": t.flops, "bytes": t.bytes_accessed.round(), "time_s": 0.0, "occurrences": 0,
                 "category": tpusim_trace::hlo_category(sm, instr)})
         });
         let t = entry["time_s"].as_f64().unwrap() + dur_s * n;
