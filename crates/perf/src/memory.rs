@@ -148,6 +148,11 @@ pub struct Allocation {
     pub alloc_s: f64,
     /// `None`: still allocated at the end of the program.
     pub free_s: Option<f64>,
+    /// The replay's order, finer than time: the buffer is live from record
+    /// `alloc_seq` until before record `free_seq` (`None`: never freed). A
+    /// buffer freed in the record it was made in was never live.
+    pub alloc_seq: u64,
+    pub free_seq: Option<u64>,
 }
 
 /// Index of a buffer in [`Mem::bufs`].
@@ -375,6 +380,8 @@ impl Mem {
                 buffer: live_buffer(m, b, &mut leaves),
                 alloc_s: b.alloc_s,
                 free_s: b.free_s,
+                alloc_seq: b.alloc_seq,
+                free_seq: (b.free_seq != u64::MAX).then_some(b.free_seq),
             })
             .collect();
         MemoryProfile {

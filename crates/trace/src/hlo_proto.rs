@@ -568,19 +568,29 @@ pub fn buffer_assignment(m: &Module, mem: &MemoryProfile) -> xp::BufferAssignmen
         .collect();
     let mut logical = Vec::new();
     let mut allocations = Vec::new();
-    // (time, is_free, logical buffer id, size, instruction name)
-    let mut events: Vec<(f64, bool, i64, i64, &str)> = Vec::new();
+    // (replay record, is_free, logical buffer id, size, instruction name)
+    let mut events: Vec<(u64, bool, i64, i64, &str)> = Vec::new();
     for (k, a) in mem.allocations.iter().enumerate() {
-        let Some(&instr) = by_name.get(a.buffer.name.as_str()) else {
+        // A leaf of a tuple result is named `name{leaf}` (its depth-first
+        // leaf number); the proto locates it by the leaf's shape index.
+        let (name, leaf) = match a.buffer.name.split_once('{') {
+            Some((name, rest)) => (name, rest.trim_end_matches('}').parse::<usize>().ok()),
+            None => (a.buffer.name.as_str(), None),
+        };
+        let Some(&instr) = by_name.get(name) else {
             continue;
         };
         let id = k as i64;
         let size = a.buffer.bytes as i64;
+        let shape_index = leaf
+            .and_then(|leaf| leaf_shape_index(&m.instr(instr).shape, leaf))
+            .unwrap_or_default();
         logical.push(xp::LogicalBufferProto {
             id,
             size,
             defined_at: Some(xp::logical_buffer_proto::Location {
                 instruction_id: instr_id(instr),
+                shape_index,
                 ..Default::default()
             }),
             color: 0,
@@ -605,17 +615,23 @@ pub fn buffer_assignment(m: &Module, mem: &MemoryProfile) -> xp::BufferAssignmen
             });
             continue;
         }
-        events.push((a.alloc_s, false, id, size, ins.name.as_str()));
+        if a.free_seq == Some(a.alloc_seq) {
+            // Freed in the record it was made in: never live, no heap events
+            // (its free would sort before its own alloc).
+            continue;
+        }
+        events.push((a.alloc_seq, false, id, size, ins.name.as_str()));
         events.push((
-            a.free_s.unwrap_or(f64::INFINITY),
+            a.free_seq.unwrap_or(u64::MAX),
             true,
             id,
             size,
             ins.name.as_str(),
         ));
     }
-    // Frees before allocs at equal times, as the allocator replays them.
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+    // In the replay's order; frees before allocs in one record, as the
+    // allocator counts them.
+    events.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
     let heap_index = allocations.len() as i64;
     let (assigned, heap_size) = first_fit(&events);
     allocations.push(xp::BufferAllocationProto {
@@ -628,7 +644,7 @@ pub fn buffer_assignment(m: &Module, mem: &MemoryProfile) -> xp::BufferAssignmen
     let trace = xp::HeapSimulatorTrace {
         events: events
             .iter()
-            .filter(|e| e.0.is_finite() || !e.1)
+            .filter(|e| e.0 != u64::MAX || !e.1)
             .map(|&(_, free, id, _, name)| xp::heap_simulator_trace::Event {
                 kind: if free {
                     xp::heap_simulator_trace::event::Kind::Free
@@ -653,11 +669,38 @@ pub fn buffer_assignment(m: &Module, mem: &MemoryProfile) -> xp::BufferAssignmen
     }
 }
 
+/// The shape index of the `leaf`-th array leaf of `shape` (depth first),
+/// `None` past its last leaf. Walks with an explicit stack: the nesting
+/// depth comes from the input.
+fn leaf_shape_index(shape: &Shape, leaf: usize) -> Option<Vec<i64>> {
+    let mut seen = 0usize;
+    // (shape, its index)
+    let mut stack: Vec<(&Shape, Vec<i64>)> = vec![(shape, Vec::new())];
+    while let Some((s, index)) = stack.pop() {
+        match s {
+            Shape::Tuple(elements) => {
+                for (k, e) in elements.iter().enumerate().rev() {
+                    let mut child = index.clone();
+                    child.push(k as i64);
+                    stack.push((e, child));
+                }
+            }
+            _ => {
+                if seen == leaf {
+                    return Some(index);
+                }
+                seen += 1;
+            }
+        }
+    }
+    None
+}
+
 /// Offsets for the heap's buffers: each alloc takes the lowest gap between
 /// the buffers live at that moment that fits it. Returns the assignments and
 /// the heap's size (the highest end).
 fn first_fit(
-    events: &[(f64, bool, i64, i64, &str)],
+    events: &[(u64, bool, i64, i64, &str)],
 ) -> (Vec<xp::buffer_allocation_proto::Assigned>, i64) {
     // Live buffers as (offset, size, id), ordered by offset.
     let mut live: Vec<(i64, i64, i64)> = Vec::new();

@@ -237,6 +237,34 @@ ENTRY e {
     check_with_xprof("sync", &m, &FixedComm, 2);
 }
 
+/// An async all-gather returns a tuple (its operand and the gathered
+/// array): the gathered leaf, live across the matmul, is a buffer of the
+/// HloProto's assignment (at its shape index), so memory_viewer's peak is
+/// the predicted one.
+#[test]
+fn tuple_leaves_are_buffers_of_the_assignment() {
+    let text = r#"HloModule gather, num_partitions=4
+
+ENTRY e {
+  w = f32[256,1024] parameter(0)
+  x = f32[1024,1024] parameter(1)
+  ags = (f32[256,1024], f32[1024,1024]) all-gather-start(w), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  d = f32[1024,1024] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ag = f32[1024,1024] all-gather-done(ags)
+  ROOT r = f32[1024,1024] add(ag, d)
+}
+"#;
+    let m = tpusim_hlo::parse_module(text).unwrap();
+    let chip = by_id("v5e").unwrap();
+    let (_, mem) = schedule_with_memory(&m, &chip, &FixedComm);
+    assert!(
+        mem.peak_buffers.iter().any(|b| b.name == "ags{1}"),
+        "the gathered leaf is live at the peak: {:?}",
+        mem.peak_buffers
+    );
+    check_with_xprof("tuple", &m, &FixedComm, 1);
+}
+
 /// Modules with the attributes XLA's `CreateFromProto` insists on (fusions,
 /// loops, async collectives, composite calls with frontend attributes,
 /// ragged dots, outfeed shapes, gathers, convolutions, sorts): xprof builds
