@@ -1339,7 +1339,7 @@ fn communication_fix(family: &str, axes: &str, is_async: bool) -> &'static str {
     }
     match family {
         "all-gathers and reduce-scatters" => {
-            "these are FSDP's weight gathers and gradient scatters: shard weights over a \
+            "these are usually FSDP's weight gathers and gradient scatters: shard weights over a \
              mesh axis of fewer chips (more pure data parallelism, if memory allows) or give \
              each device a larger batch so each layer's compute covers them"
         }
@@ -1354,9 +1354,8 @@ fn communication_fix(family: &str, axes: &str, is_async: bool) -> &'static str {
              chips, or lower the expert capacity factor"
         }
         _ => {
-            "overlap them with independent compute (XLA's collective matmul, \
-             --xla_tpu_enable_windowed_einsum_for_all_gather) or run them on a wrapping torus \
-             axis"
+            "point-to-point transfers (pipeline stages, halos, collective-matmul chunks): \
+             give each independent compute to overlap, or run the ring on a wrapping torus axis"
         }
     }
 }
