@@ -264,9 +264,13 @@ fn main() -> Result<(), String> {
         }
         std::fs::write(path, text).map_err(|e| e.to_string())?;
     }
-    if std::env::args().any(|a| a == "--worst") {
+    // `--worst` lists the 40 worst cases; `--worst SET` those of one set.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--worst") {
+        let only = args.get(at + 1);
         let mut errs: Vec<(f64, &Case, f64)> = cases
             .iter()
+            .filter(|c| only.is_none_or(|set| c.set == *set))
             .map(|c| {
                 let p = predict(c, &chip);
                 ((p - c.measured_s) / c.measured_s, c, p)
