@@ -361,16 +361,8 @@ impl Mem {
             .collect();
         peak_buffers.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
         let capacity = chip.memory.hbm_bytes;
-        let warning = (self.peak > capacity).then(|| {
-            format!(
-                "peak HBM use {:.2} GiB exceeds the {:.2} GiB of one {}: apply a remat policy \
-                 (jax.checkpoint with jax.checkpoint_policies.dots_with_no_batch_dims_saveable) \
-                 or shard the largest buffers over more devices",
-                self.peak as f64 / f64::from(1u32 << 30),
-                capacity as f64 / f64::from(1u32 << 30),
-                chip.id
-            )
-        });
+        let warning = (self.peak > capacity)
+            .then(|| over_memory(self.peak, capacity, &chip.id, &peak_buffers));
         let allocations = self
             .bufs
             .iter()
@@ -402,6 +394,62 @@ impl Mem {
 
 /// Describes buffer `b`; `leaves` caches each instruction's leaf shapes, so
 /// describing all buffers of a 20k-element tuple stays linear.
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 30)
+}
+
+/// The out-of-memory warning: by how much the peak is over, what would have
+/// to leave HBM for it to fit (the fewest temporaries live at the peak, the
+/// largest first, or, when even the buffers that must stay exceed HBM,
+/// those), and the fixes.
+fn over_memory(peak: u64, capacity: u64, chip: &str, at_peak: &[LiveBuffer]) -> String {
+    let over = peak - capacity;
+    let head = format!(
+        "peak HBM use {:.2} GiB exceeds the {:.2} GiB of one {chip} by {:.2} GiB",
+        gib(peak),
+        gib(capacity),
+        gib(over)
+    );
+    const FIX: &str = "apply a remat policy (jax.checkpoint with \
+                       jax.checkpoint_policies.dots_with_no_batch_dims_saveable) or shard the \
+                       largest buffers over more devices";
+    let mut freed = 0u64;
+    let mut names: Vec<&str> = Vec::new();
+    for b in at_peak.iter().filter(|b| b.kind == BufferKind::Temporary) {
+        if freed >= over {
+            break;
+        }
+        freed = freed.saturating_add(b.bytes);
+        names.push(&b.name);
+    }
+    if freed >= over {
+        let shown: Vec<&str> = names.iter().take(3).copied().collect();
+        let more = match names.len().saturating_sub(3) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        let which = match names.len() {
+            1 => "the largest temporary".to_string(),
+            n => format!("the {n} largest temporaries"),
+        };
+        return format!(
+            "{head}: it fits without {which} live at the peak ({}{more}: {:.2} GiB); {FIX}",
+            shown.join(", "),
+            gib(freed)
+        );
+    }
+    // Parameters, outputs and constants alone are over: no rematerialization
+    // saves this program; its persistent state must be split.
+    let resident = peak.saturating_sub(freed);
+    format!(
+        "{head}: even without any temporary, its parameters, outputs and constants take {:.2} \
+         GiB, more than HBM: shard them over at least {} times as many devices (FSDP) or keep \
+         fewer of them (optimizer state in bf16, offloading)",
+        gib(resident),
+        resident.div_ceil(capacity.max(1))
+    )
+}
+
 fn live_buffer<'m>(
     m: &'m Module,
     b: &Buf,
