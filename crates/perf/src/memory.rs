@@ -18,10 +18,15 @@
 //!   buffer and allocates nothing (XLA's buffer assignment shares an in-place
 //!   op's operand buffer with its result): a scan's stacked buffer is one
 //!   buffer, not one per iteration.
+//! - An op may take over the buffer of an operand that dies at it, as XLA's
+//!   buffer assignment shares it (`HloDataflowAnalysis::
+//!   CanShareOperandBufferWithUser`): same shape, and the op elementwise on
+//!   that operand, or a loop or input fusion whose parameter for it reaches
+//!   the root only through elementwise ops and tuples ([`shareable_operands`]).
 //!
-//! Buffers are unpadded (no tiling or alignment) and nothing is rematerialized
-//! or shared by a buffer assigner, so this is an upper bound of what a live
-//! range allocator needs for this schedule and a lower bound of any padding.
+//! Buffers are unpadded (no tiling or alignment) and nothing is rematerialized,
+//! so this is an upper bound of what a live range allocator needs for this
+//! schedule and a lower bound of any padding.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -306,6 +311,17 @@ impl Mem {
         self.bufs.get(b as usize).map(|buf| buf.kind)
     }
 
+    /// Whether `instr`'s (single) result is an output written into a donated
+    /// parameter: it takes no buffer of its own, and none of an operand.
+    pub(crate) fn writes_into_parameter(&self, instr: InstrId) -> bool {
+        self.in_place.contains(&(instr, 0))
+    }
+
+    /// The size of buffer `b`.
+    pub(crate) fn bytes(&self, b: BufId) -> Option<u64> {
+        self.bufs.get(b as usize).map(|buf| buf.bytes)
+    }
+
     /// A new reference to the same buffers.
     pub(crate) fn share(&mut self, v: &[BufId]) -> Value {
         for &b in v {
@@ -394,6 +410,87 @@ impl Mem {
 
 /// Describes buffer `b`; `leaves` caches each instruction's leaf shapes, so
 /// describing all buffers of a 20k-element tuple stays linear.
+/// Operands (by index) whose buffer op `id`'s result may take over when the
+/// operand dies at it, by XLA's rule for an array result of the operand's
+/// shape: an elementwise op on that operand, or a loop or input fusion whose
+/// parameter for it reaches the root only through elementwise ops and
+/// tuples. (Dynamic-update-slices are the in-place case, handled apart.)
+pub(crate) fn shareable_operands(m: &Module, id: InstrId) -> Vec<usize> {
+    let ins = m.instr(id);
+    if ins.shape.tuple_elements().is_some() {
+        return Vec::new();
+    }
+    let same_shape = |k: usize| {
+        ins.operands
+            .get(k)
+            .is_some_and(|&o| m.instr(o).shape == ins.shape)
+    };
+    let fused = ins.opcode == Opcode::Fusion
+        && matches!(
+            ins.attr("kind"),
+            Some(tpusim_hlo::AttrValue::Ident(k)) if k == "kLoop" || k == "kInput"
+        );
+    if ins.opcode.is_elementwise() {
+        return (0..ins.operands.len()).filter(|&k| same_shape(k)).collect();
+    }
+    if !fused {
+        return Vec::new();
+    }
+    let Some(&body) = ins.called_computations().first() else {
+        return Vec::new();
+    };
+    let comp = m.comp(body);
+    let mut users: HashMap<InstrId, Vec<InstrId>> = HashMap::new();
+    for &j in &comp.instrs {
+        for &o in &m.instr(j).operands {
+            users.entry(o).or_default().push(j);
+        }
+    }
+    let params: HashMap<usize, InstrId> = comp
+        .instrs
+        .iter()
+        .filter_map(|&j| {
+            let p = m.instr(j);
+            (p.opcode == Opcode::Parameter)
+                .then(|| p.parameter_number.and_then(|n| usize::try_from(n).ok()))
+                .flatten()
+                .map(|n| (n, j))
+        })
+        .collect();
+    (0..ins.operands.len())
+        .filter(|&k| same_shape(k))
+        .filter(|k| {
+            params
+                .get(k)
+                .is_some_and(|&p| uses_are_elementwise_or_tuple(m, p, &users))
+        })
+        .collect()
+}
+
+/// Whether every transitive use of `start` inside its computation is an
+/// elementwise op or a tuple (XLA's `AreTransitiveUsesElementwiseOrTuple`);
+/// a worklist, not recursion: fused computations come from the input.
+fn uses_are_elementwise_or_tuple(
+    m: &Module,
+    start: InstrId,
+    users: &HashMap<InstrId, Vec<InstrId>>,
+) -> bool {
+    let mut seen: HashSet<InstrId> = HashSet::new();
+    let mut todo = vec![start];
+    while let Some(v) = todo.pop() {
+        for &u in users.get(&v).map(Vec::as_slice).unwrap_or(&[]) {
+            let op = m.instr(u).opcode;
+            if !(op.is_elementwise() || op == Opcode::Tuple) {
+                return false;
+            }
+            if seen.insert(u) {
+                todo.push(u);
+            }
+        }
+    }
+    true
+}
+
 fn gib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 30)
 }

@@ -514,22 +514,54 @@ impl Replay<'_> {
         }
     }
 
-    /// The result of an in-place update (a dynamic-update-slice, bare or
-    /// fused) as the buffer it updates, when that buffer is a temporary
-    /// (not an entry parameter or constant) and this op is its last use in
-    /// the computation; `None` otherwise (the op gets a fresh buffer).
+    /// The result of op `id` as the buffer of an operand that dies at it,
+    /// when XLA's buffer assignment would share them: an in-place update (a
+    /// dynamic-update-slice, bare or fused) and its buffer, or an op
+    /// elementwise on a same-shaped operand ([`crate::memory::shareable_operands`]).
+    /// Only a temporary is taken over (not an entry parameter or constant),
+    /// and only at its last use in the computation; `None` otherwise (the op
+    /// gets a fresh buffer).
     fn in_place_value(&mut self, id: InstrId, frame: &Frame) -> Option<Value> {
         let m = self.m;
-        let (k, _) = crate::tensorcore::in_place_update(m, id, 128)?;
-        let o = *m.instr(id).operands.get(k)?;
+        if self.mem()?.writes_into_parameter(id) {
+            return None;
+        }
+        let candidates = match crate::tensorcore::in_place_update(m, id, 128) {
+            Some((k, _)) => vec![(k, None)],
+            None => {
+                let bytes = m.instr(id).shape.byte_size();
+                crate::memory::shareable_operands(m, id)
+                    .into_iter()
+                    .map(|k| (k, Some(bytes)))
+                    .collect()
+            }
+        };
+        candidates
+            .into_iter()
+            .find_map(|(k, bytes)| self.dying_buffer(id, k, bytes, frame))
+    }
+
+    /// Operand `k` of `id` as a new reference to its one buffer, when that
+    /// buffer is a temporary (of `bytes`, when given) and `id` is the
+    /// operand's last use in the computation.
+    fn dying_buffer(
+        &mut self,
+        id: InstrId,
+        k: usize,
+        bytes: Option<u64>,
+        frame: &Frame,
+    ) -> Option<Value> {
+        let o = *self.m.instr(id).operands.get(k)?;
         let left = frame
             .remaining
             .get(&o)
             .copied()
             .unwrap_or(self.uses[o.index()]);
         let buffer = frame.values.get(&o).filter(|v| v.len() == 1)?.clone();
-        let kind = self.mem()?.kind(buffer[0])?;
-        if left != 1 || kind != BufferKind::Temporary {
+        let mem = self.mem()?;
+        let kind = mem.kind(buffer[0])?;
+        let same_size = bytes.is_none_or(|b| mem.bytes(buffer[0]) == Some(b));
+        if left != 1 || kind != BufferKind::Temporary || !same_size {
             return None;
         }
         Some(self.share(&buffer))

@@ -30,17 +30,34 @@ ENTRY e {
 #[test]
 fn temporaries_die_after_their_last_use() {
     let p = profile(CHAIN);
-    // x + a + b while b runs (a is b's operand), then x + c at the end.
-    assert_eq!(p.peak_bytes, 3 * 1024);
+    // x + a; b and then c take over a's buffer (each elementwise on an
+    // operand that dies at it, as XLA's buffer assignment shares it); x + c
+    // (in a's buffer) at the end.
+    assert_eq!(p.peak_bytes, 2 * 1024);
     assert_eq!(p.parameter_bytes, 1024);
     assert_eq!(p.output_bytes, 1024);
     let names: Vec<&str> = p.peak_buffers.iter().map(|b| b.name.as_str()).collect();
-    assert_eq!(names, vec!["a", "b", "x"]);
+    assert_eq!(names, vec!["a", "x"]);
     assert_eq!(p.peak_buffers[0].shape, "f32[256]");
-    assert_eq!(p.peak_buffers[2].kind, BufferKind::Parameter);
+    assert_eq!(p.peak_buffers[1].kind, BufferKind::Parameter);
     let last = p.timeline.last().unwrap();
     assert_eq!(last.bytes, 2 * 1024);
     assert!(p.warning.is_none());
+}
+
+/// Without sharing (b is read again after c, so a's successor cannot be
+/// overwritten): each temporary has its own buffer until its last use.
+#[test]
+fn a_buffer_read_later_is_not_taken_over() {
+    let text = CHAIN.replace(
+        "ROOT t = (f32[256], f32[256]) tuple(c, c)",
+        "ROOT t = (f32[256], f32[256]) tuple(c, b)",
+    );
+    let p = profile(&text);
+    // x + a(b) + c while c runs: b outlives c, so c gets a buffer of its own.
+    assert_eq!(p.peak_bytes, 3 * 1024);
+    let names: Vec<&str> = p.peak_buffers.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, vec!["a", "c", "x"]);
 }
 
 #[test]
@@ -51,9 +68,10 @@ fn aliased_outputs_reuse_their_parameter() {
     );
     let p = profile(&text);
     assert_eq!(p.aliased_bytes, 1024);
-    // c is written into x: the end holds x only.
+    // c is written into x (not into a's buffer, which b holds): the end
+    // holds x only.
     assert_eq!(p.timeline.last().unwrap().bytes, 1024);
-    assert_eq!(p.peak_bytes, 3 * 1024);
+    assert_eq!(p.peak_bytes, 2 * 1024);
 }
 
 const LOOP: &str = r#"HloModule loop
@@ -94,19 +112,21 @@ ENTRY e {
 #[test]
 fn while_loops_carry_their_state_and_free_each_iteration() {
     let p = profile(LOOP);
-    // From the second iteration on: x, the carried e and the new e (4096 B
-    // each); scalars: the carried and the new counter, constants 0, 1 and 5;
-    // the parameter y and the dead z were freed before the loop (y is kept).
-    let scalars = 5 * 4;
+    // From the second iteration on: x, and the carried e, which the new e
+    // takes over (4096 B each: the state is updated in place, as XLA's
+    // buffer assignment shares an elementwise op's dying operand); scalars:
+    // the new counter, constants 0, 1 and 5, the condition's predicate; the
+    // parameter y is kept, the dead z freed before the loop.
+    let scalars = 4 * 4 + 1;
     assert_eq!(
         p.peak_bytes,
-        3 * 4096 + scalars + 32,
+        2 * 4096 + scalars + 32,
         "{:?}",
         p.peak_buffers
     );
     assert_eq!(
         p.peak_buffers.iter().filter(|b| b.name == "e").count(),
-        2,
+        1,
         "{:?}",
         p.peak_buffers
     );
@@ -153,28 +173,27 @@ fn the_memory_warning_says_what_would_have_to_go() {
     let text = r#"HloModule temps
 
 neg {
-  p = f32[16384,65536] parameter(0)
-  ROOT n = f32[16384,65536] negate(p)
+  p = f32[16384,98304] parameter(0)
+  ROOT n = f32[16384,98304] negate(p)
 }
 
 ENTRY e {
-  x = f32[16384,65536] parameter(0)
-  a = f32[16384,65536] fusion(x), kind=kLoop, calls=neg
-  b = f32[16384,65536] exponential(a)
-  c = f32[16384,32768] slice(b), slice={[0:16384], [0:32768]}
-  d = f32[16384,65536] add(a, b)
-  ROOT r = (f32[16384,32768], f32[16384,65536]) tuple(c, d)
+  x = f32[16384,98304] parameter(0)
+  a = f32[16384,98304] fusion(x), kind=kLoop, calls=neg
+  b = f32[16384,98304] exponential(a)
+  ROOT d = f32[16384,98304] add(a, b)
 }
 "#;
     let p = profile(text);
-    // x, a, b (4 GiB each) and c (2 GiB) are live when d is made: 18 GiB,
-    // 3.10 GiB over; the largest temporary (4 GiB) is enough.
+    // x, a and b (6 GiB each) are live when b is made (a is read again by
+    // d): 18 GiB, 3.10 GiB over; the largest temporary (6 GiB) is enough.
     let w = p.warning.as_deref().expect("over HBM");
     assert!(
-        w.contains("by 3.10 GiB: it fits without the largest temporary live at the peak (a"),
+        w.contains("by 3.10 GiB: it fits without the largest temporary live at the peak (b"),
         "{w}"
     );
-    assert!(w.contains(": 4.00 GiB); apply a remat policy"), "{w}");
+    // a holds the output d at the end: b is the temporary to drop.
+    assert!(w.contains("(b: 6.00 GiB); apply a remat policy"), "{w}");
 }
 
 #[test]
@@ -230,9 +249,11 @@ fn every_corpus_module_has_a_memory_profile() {
 
 /// XLA's own buffer assignment (XLA:CPU, `compiled.memory_analysis()`, from
 /// tools/gen_memory_refs.py) needs at most argument + output - alias + temp
-/// bytes. Our peak comes from unpadded live ranges without XLA's in-place
-/// buffer sharing, so it should be close to that bound and somewhat above
-/// it where XLA reuses an operand's buffer for a result (attention: softmax).
+/// bytes. Our peak comes from unpadded live ranges with XLA's operand-buffer
+/// sharing (elementwise ops and loop fusions take over a dying operand's
+/// buffer): measured 1.000 (attention), 0.982 (mlp_grad), 1.013
+/// (scan_layers) and 1.109 (sgd_step_donated; 1.377 and 1.174 for the first
+/// and last before the sharing).
 #[test]
 fn peaks_are_close_to_xla_buffer_assignment() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/memory");
@@ -251,7 +272,7 @@ fn peaks_are_close_to_xla_buffer_assignment() {
         let bound = r["peak_bound_bytes"].as_f64().unwrap();
         let ratio = a.peak_memory_bytes as f64 / bound;
         assert!(
-            (0.9..=1.5).contains(&ratio),
+            (0.9..=1.12).contains(&ratio),
             "{name}: ours {} vs XLA {bound} ({ratio:.3})",
             a.peak_memory_bytes
         );
