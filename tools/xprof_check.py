@@ -15,7 +15,8 @@ a copy of the file and checks:
     (the predicted step when nothing overlaps);
   - op_profile has the same ops (time, FLOPs and HBM bytes) under the program, whose
     total (IDLE included) is steps x devices x the predicted step;
-  - roofline_model has rows and the chip's peaks;
+  - roofline_model has rows, the chip's peaks, and the program's predicted
+    FLOPs per HBM byte;
   - overview_page reports the device type and, per step, TensorCore compute
     equal to the predicted step;
   - memory_profile has one allocator per device whose lifetime peak is the
@@ -144,8 +145,17 @@ def main():
     nrows = len(roof[0].get("rows", []))
     if nrows == 0 or float(props.get("peak_flop_rate", 0)) <= 0 or float(props.get("peak_hbm_bw", 0)) <= 0:
         fail(f"roofline_model: empty ({nrows} rows, {props})")
+    # The program's row: its FLOPs per HBM byte are the predicted ones.
+    ids = [c["id"] for c in roof[0]["cols"]]
+    rrows = [dict(zip(ids, [c.get("v") for c in row["c"]])) for row in roof[0]["rows"]]
+    program = next(row for row in rrows if row.get("operation") == "Program")
+    flops = sum(w["flops"] * w["occurrences"] for w in ops.values())
+    moved = sum(w.get("bytes", 0) * w["occurrences"] for w in ops.values())
+    if moved > 0 and not close(program["operational_intensity"], flops / moved, rel=1e-3):
+        fail(f"roofline_model: program FLOP/byte {program['operational_intensity']} != {flops / moved}")
     print(f"roofline_model: {nrows} rows, peak {props['peak_flop_rate']} GFLOP/s, "
-          f"HBM {props['peak_hbm_bw']} GiB/s, ridge {props['hbm_ridge_point']}")
+          f"HBM {props['peak_hbm_bw']} GiB/s, ridge {props['hbm_ridge_point']}; program "
+          f"{program['operational_intensity']:.1f} FLOP/byte as predicted, bound by {program['bound_by']}")
 
     # overview_page
     ov = tool("overview_page")
