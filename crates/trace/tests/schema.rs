@@ -1,5 +1,6 @@
-//! The hand-written prost messages (src/xplane.rs) carry exactly the field
-//! numbers of proto/xplane.proto.
+//! The prost messages generated from proto/xplane.proto (src/xplane_pb.rs,
+//! by crates/xla-proto/gen) carry exactly its field numbers: a generated file
+//! edited by hand, or a stale one, fails here.
 
 fn camel(snake: &str) -> String {
     snake
@@ -17,7 +18,7 @@ fn camel(snake: &str) -> String {
 fn every_proto_field_has_its_tag_in_the_rust_messages() {
     let dir = env!("CARGO_MANIFEST_DIR");
     let proto = std::fs::read_to_string(format!("{dir}/proto/xplane.proto")).unwrap();
-    let rust = std::fs::read_to_string(format!("{dir}/src/xplane.rs")).unwrap();
+    let rust = std::fs::read_to_string(format!("{dir}/src/xplane_pb.rs")).unwrap();
     let lines: Vec<&str> = rust.lines().map(str::trim).collect();
     let mut fields = 0;
     for l in proto.lines().map(str::trim) {
@@ -35,7 +36,7 @@ fn every_proto_field_has_its_tag_in_the_rust_messages() {
                 && (w[1].starts_with(&format!("pub {name}:"))
                     || w[1].starts_with(&format!("{}(", camel(name))))
         });
-        assert!(found, "{name} = {tag} not in src/xplane.rs");
+        assert!(found, "{name} = {tag} not in src/xplane_pb.rs");
         fields += 1;
     }
     // XSpace, XPlane, XLine, XEvent, XStat, XEventMetadata, XStatMetadata,
