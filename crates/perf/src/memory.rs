@@ -408,8 +408,6 @@ impl Mem {
     }
 }
 
-/// Describes buffer `b`; `leaves` caches each instruction's leaf shapes, so
-/// describing all buffers of a 20k-element tuple stays linear.
 /// Operands (by index) whose buffer op `id`'s result may take over when the
 /// operand dies at it, by XLA's rule for an array result of the operand's
 /// shape: an elementwise op on that operand, or a loop or input fusion whose
@@ -440,55 +438,29 @@ pub(crate) fn shareable_operands(m: &Module, id: InstrId) -> Vec<usize> {
         return Vec::new();
     };
     let comp = m.comp(body);
-    let mut users: HashMap<InstrId, Vec<InstrId>> = HashMap::new();
-    for &j in &comp.instrs {
-        for &o in &m.instr(j).operands {
-            users.entry(o).or_default().push(j);
+    let users = tpusim_hlo::passes::distinct_users(m, body);
+    // XLA's `AreTransitiveUsesElementwiseOrTuple`; a worklist, not
+    // recursion: fused computations come from the input.
+    let elementwise_only = |start: InstrId| {
+        let mut seen: HashSet<InstrId> = HashSet::new();
+        let mut todo = vec![start];
+        while let Some(v) = todo.pop() {
+            for &u in users.get(&v).map_or(&[][..], Vec::as_slice) {
+                let op = m.instr(u).opcode;
+                if !(op.is_elementwise() || op == Opcode::Tuple) {
+                    return false;
+                }
+                if seen.insert(u) {
+                    todo.push(u);
+                }
+            }
         }
-    }
-    let params: HashMap<usize, InstrId> = comp
-        .instrs
-        .iter()
-        .filter_map(|&j| {
-            let p = m.instr(j);
-            (p.opcode == Opcode::Parameter)
-                .then(|| p.parameter_number.and_then(|n| usize::try_from(n).ok()))
-                .flatten()
-                .map(|n| (n, j))
-        })
-        .collect();
+        true
+    };
     (0..ins.operands.len())
         .filter(|&k| same_shape(k))
-        .filter(|k| {
-            params
-                .get(k)
-                .is_some_and(|&p| uses_are_elementwise_or_tuple(m, p, &users))
-        })
+        .filter(|&k| comp.params.get(k).is_some_and(|&p| elementwise_only(p)))
         .collect()
-}
-
-/// Whether every transitive use of `start` inside its computation is an
-/// elementwise op or a tuple (XLA's `AreTransitiveUsesElementwiseOrTuple`);
-/// a worklist, not recursion: fused computations come from the input.
-fn uses_are_elementwise_or_tuple(
-    m: &Module,
-    start: InstrId,
-    users: &HashMap<InstrId, Vec<InstrId>>,
-) -> bool {
-    let mut seen: HashSet<InstrId> = HashSet::new();
-    let mut todo = vec![start];
-    while let Some(v) = todo.pop() {
-        for &u in users.get(&v).map(Vec::as_slice).unwrap_or(&[]) {
-            let op = m.instr(u).opcode;
-            if !(op.is_elementwise() || op == Opcode::Tuple) {
-                return false;
-            }
-            if seen.insert(u) {
-                todo.push(u);
-            }
-        }
-    }
-    true
 }
 
 fn gib(bytes: u64) -> f64 {
@@ -510,22 +482,29 @@ fn over_memory(peak: u64, capacity: u64, chip: &str, at_peak: &[LiveBuffer]) -> 
     const FIX: &str = "apply a remat policy (jax.checkpoint with \
                        jax.checkpoint_policies.dots_with_no_batch_dims_saveable) or shard the \
                        largest buffers over more devices";
+    // The fewest temporaries, largest first (`at_peak` is sorted so), that
+    // bring the peak under HBM.
     let mut freed = 0u64;
-    let mut names: Vec<&str> = Vec::new();
+    let mut dropped = 0usize;
     for b in at_peak.iter().filter(|b| b.kind == BufferKind::Temporary) {
         if freed >= over {
             break;
         }
         freed = freed.saturating_add(b.bytes);
-        names.push(&b.name);
+        dropped += 1;
     }
     if freed >= over {
-        let shown: Vec<&str> = names.iter().take(3).copied().collect();
-        let more = match names.len().saturating_sub(3) {
+        let shown: Vec<&str> = at_peak
+            .iter()
+            .filter(|b| b.kind == BufferKind::Temporary)
+            .take(dropped.min(3))
+            .map(|b| b.name.as_str())
+            .collect();
+        let more = match dropped.saturating_sub(3) {
             0 => String::new(),
             n => format!(" and {n} more"),
         };
-        let which = match names.len() {
+        let which = match dropped {
             1 => "the largest temporary".to_string(),
             n => format!("the {n} largest temporaries"),
         };
@@ -547,6 +526,8 @@ fn over_memory(peak: u64, capacity: u64, chip: &str, at_peak: &[LiveBuffer]) -> 
     )
 }
 
+/// Describes buffer `b`; `leaves` caches each instruction's leaf shapes, so
+/// describing all buffers of a 20k-element tuple stays linear.
 fn live_buffer<'m>(
     m: &'m Module,
     b: &Buf,

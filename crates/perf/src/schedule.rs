@@ -215,6 +215,7 @@ fn replay_timed(
         trip_counts,
         op_times: HashMap::new(),
         comm_times: HashMap::new(),
+        sharing: HashMap::new(),
         clock: 0.0,
         ici_free: 0.0,
         dma_free: 0.0,
@@ -261,6 +262,10 @@ struct Replay<'a> {
     /// Each communication instruction's time from `comm` (`None`: not one it
     /// prices), asked once: a loop runs the same instruction every iteration.
     comm_times: HashMap<InstrId, Option<f64>>,
+    /// Each op's operands whose dying buffer its result may take over, with
+    /// the bytes that buffer must have (`None`: any; an in-place update),
+    /// worked out once: a loop runs the same op every iteration.
+    sharing: HashMap<InstrId, Vec<(usize, Option<u64>)>>,
     /// TensorCore clock.
     clock: f64,
     ici_free: f64,
@@ -526,16 +531,20 @@ impl Replay<'_> {
         if self.mem()?.writes_into_parameter(id) {
             return None;
         }
-        let candidates = match crate::tensorcore::in_place_update(m, id, 128) {
-            Some((k, _)) => vec![(k, None)],
-            None => {
-                let bytes = m.instr(id).shape.byte_size();
-                crate::memory::shareable_operands(m, id)
-                    .into_iter()
-                    .map(|k| (k, Some(bytes)))
-                    .collect()
-            }
-        };
+        let candidates = self
+            .sharing
+            .entry(id)
+            .or_insert_with(|| match crate::tensorcore::in_place_update(m, id, 128) {
+                Some((k, _)) => vec![(k, None)],
+                None => {
+                    let bytes = m.instr(id).shape.byte_size();
+                    crate::memory::shareable_operands(m, id)
+                        .into_iter()
+                        .map(|k| (k, Some(bytes)))
+                        .collect()
+                }
+            })
+            .clone();
         candidates
             .into_iter()
             .find_map(|(k, bytes)| self.dying_buffer(id, k, bytes, frame))
