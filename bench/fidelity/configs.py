@@ -16,7 +16,10 @@ MEASURED = HERE / "measured_dev.json"
 # MLPerf v4.0 GPT-3 on v5p, from the submission's launch scripts
 # (mlcommons/training_results_v4.0 Google/benchmarks/gpt3/implementations/maxtext/v5p-<N>.sh):
 # every system is one slice with ICI data parallelism. Topologies are the v5p slice shapes of
-# those chip counts (assumption: the systems' JSONs name only the chip count).
+# those chip counts (the systems' JSONs name only the chip count): Cloud's default shape, except
+# 6144 chips, which MaxText's own configs/v5p/gpt3_175b/v5p_12288.sh runs "on v5p-12288 slice,
+# with a custom topology of 8x16x48" (its ICI mesh 16 x 48 x 8 cannot be laid on the default
+# 16x16x24 without splitting a physical axis, which jax's create_device_mesh refuses).
 GPT3_SEQ = 2048
 # The submission's LIBTPU_INIT_ARGS (gpt3_175b_base.sh of the same MaxText scripts) set
 # --xla_tpu_decompose_all_gather_einsum=true: all-gather + einsum run as collective matmuls.
@@ -25,7 +28,7 @@ GPT3_RUNS = {  # chips: (topology, ici data, ici fsdp, ici tensor, per-device ba
     512: ("8x8x8", 1, 64, 8, 4, "full"),
     1024: ("8x8x16", 8, 16, 8, 2, "save_dot_except_logits_ffn1"),
     1536: ("8x12x16", 12, 16, 8, 2, "save_dot_except_logits_ffn1"),
-    6144: ("16x16x24", 16, 48, 8, 1, "save_dot_except_logits"),
+    6144: ("8x16x48", 16, 48, 8, 1, "save_dot_except_logits"),
 }
 
 

@@ -60,6 +60,16 @@ def priced_placement(row: configs.Row, program: str) -> tuple[str, int]:
     return row.topology, row.slices
 
 
+def mesh_flags(row: configs.Row, program: str) -> list[str]:
+    """XLA's programs number their devices by the mesh generate.py reshaped jax.devices() to:
+    `--mesh` places them as JAX lays that mesh on a TPU slice (tpusim reads the mesh of a
+    pre-partition program from its shardings)."""
+    if program != "xla":
+        return []
+    data = XLA_STANDIN[row.id].data if row.id in XLA_STANDIN else row.run.data
+    return ["--mesh", f"{data}x{row.run.ici_fsdp}x{row.run.ici_tensor}"]
+
+
 def priced_chips(row: configs.Row, program: str) -> int:
     topology, slices = priced_placement(row, program)
     return math.prod(int(d) for d in topology.split("x")) * slices
@@ -71,7 +81,8 @@ def analyze(tpusim: str, row: configs.Row, program: str, hlo_gz: pathlib.Path, t
     plain.write_bytes(gzip.decompress(hlo_gz.read_bytes()))
     topology, slices = priced_placement(row, program)
     cmd = [tpusim, "analyze", str(plain), "--chip", row.chip, "--topology", topology,
-           "--slices", str(slices), "--json", *row.compiler_flags, *extra]
+           "--slices", str(slices), "--json", *mesh_flags(row, program), *row.compiler_flags,
+           *extra]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0

@@ -109,6 +109,12 @@ pub struct PodArgs {
     /// coordinates, then optionally the device within the chip and the slice
     #[arg(long, value_name = "FILE")]
     device_order: Option<String>,
+    /// The logical mesh the module's device ids number, major axis first (e.g.
+    /// 16x48x8 for a `Mesh` of shape (16, 48, 8)): devices are placed as JAX's
+    /// create_device_mesh lays that mesh on each slice. Read from the
+    /// shardings when tpusim partitions the module itself
+    #[arg(long, value_name = "SHAPE", conflicts_with = "device_order")]
+    mesh: Option<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -123,6 +129,7 @@ impl PodArgs {
         &self,
         chip: &tpusim_arch::Chip,
         m: &tpusim_hlo::Module,
+        mesh: Option<&[u32]>,
         cancel: &Cancel,
     ) -> Result<Option<PodModel>> {
         let device_order = match &self.device_order {
@@ -132,6 +139,10 @@ impl PodArgs {
             ),
             None => None,
         };
+        let mesh = match &self.mesh {
+            Some(text) => Some(given_mesh(text, m)?),
+            None => mesh.map(<[u32]>::to_vec),
+        };
         let opts = PodOptions {
             topology: self.topology.clone(),
             slices: self.slices,
@@ -140,6 +151,7 @@ impl PodArgs {
                 NetworkArg::Sim => Network::Sim,
             },
             device_order,
+            mesh,
             cancel: cancel.clone(),
         };
         opts.model_for(chip, m)
@@ -150,6 +162,37 @@ impl PodArgs {
                 (_, e) => e.into(),
             })
     }
+}
+
+/// Most mesh axes `--mesh` takes (JAX meshes rarely have more than five).
+const MAX_MESH_AXES: usize = 8;
+
+/// The `--mesh` shape, checked against the module's devices.
+fn given_mesh(text: &str, m: &tpusim_hlo::Module) -> Result<Vec<u32>> {
+    let bad = || {
+        anyhow::anyhow!(
+            "bad --mesh `{text}`: write the mesh's axis sizes, major first, such as 16x48x8"
+        )
+    };
+    let axes: Vec<u32> = text
+        .split('x')
+        .map(|a| a.trim().parse::<u32>().ok().filter(|&n| n >= 1))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if axes.is_empty() || axes.len() > MAX_MESH_AXES {
+        return Err(bad());
+    }
+    let devices = axes
+        .iter()
+        .fold(1u64, |n, &a| n.saturating_mul(u64::from(a)));
+    let used = tpusim_pod::collective::devices_used(m);
+    if devices != used {
+        anyhow::bail!(
+            "--mesh {text} has {devices} devices, the module runs on {used}: give the mesh its \
+             device ids number"
+        );
+    }
+    Ok(axes)
 }
 
 /// Rows of the op table.
@@ -166,23 +209,33 @@ pub fn run(args: &Args) -> Result<bool> {
         modules.push(input::partition_if_needed(m, &cancel)?);
     }
     let mut models = Vec::new();
-    for (m, _) in &modules {
-        models.push(args.pod.model(&chip, m, &cancel)?);
+    for p in &modules {
+        models.push(
+            args.pod
+                .model(&chip, &p.module, p.mesh.as_deref(), &cancel)?,
+        );
     }
     let priced: Vec<(tpusim_compile::Prepared, Analysis)> =
         crate::progress::with_spinner("simulating", || {
             modules
                 .iter()
                 .zip(&models)
-                .map(|((m, note), model)| {
-                    let comm: &dyn tpusim_perf::CommModel = match model {
-                        Some(pod) => pod,
-                        None => &LocalOnly,
-                    };
-                    let (prepared, mut a) = args.compile.analyze(m, &chip, comm, &cancel)?;
-                    a.assumptions.splice(0..0, note.iter().cloned());
-                    Ok((prepared, a))
-                })
+                .map(
+                    |(
+                        input::ForPricing {
+                            module: m, note, ..
+                        },
+                        model,
+                    )| {
+                        let comm: &dyn tpusim_perf::CommModel = match model {
+                            Some(pod) => pod,
+                            None => &LocalOnly,
+                        };
+                        let (prepared, mut a) = args.compile.analyze(m, &chip, comm, &cancel)?;
+                        a.assumptions.splice(0..0, note.iter().cloned());
+                        Ok((prepared, a))
+                    },
+                )
                 .collect::<Result<_>>()
         })?;
     let analyses: Vec<&Analysis> = priced.iter().map(|(_, a)| a).collect();

@@ -40,7 +40,7 @@ pub fn run(args: &Args) -> Result<bool> {
         cancel: cancel.clone(),
     };
     for (k, (m, _)) in modules.iter().enumerate() {
-        let pod = args.pod.model(&chip, m, &cancel)?;
+        let pod = args.pod.model(&chip, m, None, &cancel)?;
         let comm: &dyn CommModel = match &pod {
             Some(p) => p,
             None => &LocalOnly,

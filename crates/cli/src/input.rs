@@ -120,25 +120,17 @@ pub fn load(path: &str) -> Result<Vec<(Module, SourceMap)>> {
     Ok(modules)
 }
 
+pub use tpusim_spmd::ForPricing;
+
 /// An unpartitioned sharded module (what `jax.jit(...).lower(...)` prints) is
 /// partitioned by tpusim's SPMD partitioner before it is simulated; the note
 /// goes into the report's assumptions. Other modules come back unchanged.
-pub fn partition_if_needed(m: Module, cancel: &Cancel) -> Result<(Module, Option<String>)> {
-    if !tpusim_spmd::needs_partitioning(&m) {
-        return Ok((m, None));
-    }
+pub fn partition_if_needed(m: Module, cancel: &Cancel) -> Result<ForPricing> {
     let options = tpusim_spmd::PartitionOptions {
         cancel: cancel.clone(),
         ..Default::default()
     };
-    let mesh = tpusim_spmd::mesh_of(&m, &options)?;
-    let p = tpusim_spmd::partition(&m, &options)
-        .with_context(|| format!("partitioning module '{}'", m.name))?;
-    let devices: u32 = mesh.iter().map(|a| a.1).product();
-    let axes: Vec<String> = mesh.iter().map(|(n, s)| format!("{n}={s}")).collect();
-    let note = format!(
-        "partitioned by tpusim's SPMD partitioner for {devices} devices (mesh {})",
-        axes.join(" x ")
-    );
-    Ok((p, Some(note)))
+    let name = m.name.clone();
+    tpusim_spmd::partition_for_pricing(m, &options)
+        .with_context(|| format!("partitioning module '{name}'"))
 }

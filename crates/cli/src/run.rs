@@ -113,8 +113,8 @@ pub fn run(args: &Args) -> Result<bool> {
     let global_shapes = m.entry_parameter_shapes();
     let global_outputs: Vec<Vec<usize>> = tpusim_interp::spmd::root_leaf_dims(m);
     let unpartitioned = tpusim_spmd::needs_partitioning(m);
-    let (partitioned, _) =
-        input::partition_if_needed(m.clone(), &Cancel::from_flag(interrupt.clone()))?;
+    let partitioned =
+        input::partition_if_needed(m.clone(), &Cancel::from_flag(interrupt.clone()))?.module;
     let m = &partitioned;
     let cap = args.max_memory.unwrap_or_else(memory::default_cap);
     memory::check_run(m, cap, unpartitioned.then_some(global_outputs.as_slice()))?;

@@ -55,14 +55,18 @@ pub fn run(args: &Args) -> Result<bool> {
         cancel: cancel.clone(),
     };
     for ((m, _), folder) in modules.into_iter().zip(&folders) {
-        let (m, note) = input::partition_if_needed(m, &cancel)?;
+        let input::ForPricing {
+            module: m,
+            note,
+            mesh,
+        } = input::partition_if_needed(m, &cancel)?;
         let m = &m;
         let dir = if several {
             args.out.join(folder)
         } else {
             args.out.clone()
         };
-        let pod = args.pod.model(&chip, m, &cancel)?;
+        let pod = args.pod.model(&chip, m, mesh.as_deref(), &cancel)?;
         let comm: &dyn CommModel = match &pod {
             Some(p) => p,
             None => &LocalOnly,

@@ -417,6 +417,28 @@ fn analyze_prices_collectives_on_a_pod() {
         order.to_str().unwrap(),
     ]);
     assert_eq!(v["collectives"][0]["axes"], serde_json::json!(["y"]));
+    // The same, because JAX lays a 2x4 mesh's minor axis (the groups of 4) on y.
+    let v = json(&["--topology", "2x4", "--mesh", "2x4"]);
+    assert_eq!(v["collectives"][0]["axes"], serde_json::json!(["y"]));
+    let placed = v["assumptions"].as_array().unwrap().iter().any(|a| {
+        a.as_str()
+            .is_some_and(|a| a.contains("lays mesh 2x4") && a.contains("axis 1 (4) on y"))
+    });
+    assert!(placed, "{}", v["assumptions"]);
+    for (args, why) in [
+        (vec!["--mesh", "3x3"], "has 9 devices, the module runs on 8"),
+        (vec!["--mesh", "2x0x4"], "bad --mesh"),
+        (
+            vec!["--mesh", "2x4", "--device-order", "x.txt"],
+            "cannot be used with",
+        ),
+    ] {
+        let mut all = vec!["analyze", file.as_str(), "--chip", "v5e"];
+        all.extend_from_slice(&args);
+        let out = tpusim(&all, None);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+    }
     let sim = json(&["--topology", "2x4", "--network", "sim"]);
     assert!(sim["collectives"][0]["time_s"].as_f64().unwrap() > 0.0);
     // The text report has a communication section.

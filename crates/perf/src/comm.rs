@@ -44,6 +44,12 @@ pub trait CommModel: Sync {
     fn describe(&self) -> Option<String> {
         None
     }
+
+    /// What the model assumed about the whole network (e.g. where the devices
+    /// sit), for the analysis's assumptions.
+    fn assumptions(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// No interconnect: every collective is local memory traffic only.

@@ -267,6 +267,7 @@ fn analyze_until(module: &Module, chip: &Chip, comm: &dyn CommModel, cancel: &Ca
         );
     }
     let memory = schedule::memory_of(m, module, chip, comm, cancel);
+    assumptions.extend(comm.assumptions());
     let mut a = finish(module, chip, acc, xla, unfused, assumptions);
     a.devices = comm.devices(module);
     let network_notes = net.summarize(&mut a, comm.describe());

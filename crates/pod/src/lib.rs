@@ -4,6 +4,8 @@
 //!   repeated over `slices`, built from a chip's `[ici]` and `[host]` data:
 //!   wraparound per axis, per-link bandwidth and hop latency, DCN, and the
 //!   order in which device ids are laid on the torus.
+//! - [`placement`]: where a mesh's devices sit when the program does not
+//!   say, as JAX's `create_device_mesh` lays a mesh on a TPU slice.
 //! - [`collective`]: what a collective instruction of an SPMD module does —
 //!   its kind, array size, and replica groups or source-target pairs as
 //!   device ids (explicit, iota and mesh groups, all group modes).
@@ -31,6 +33,7 @@ pub mod bound;
 pub mod collective;
 pub mod geometry;
 mod model;
+pub mod placement;
 mod radix;
 pub mod sim;
 mod topology;

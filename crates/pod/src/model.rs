@@ -39,6 +39,8 @@ pub struct PodModel {
     /// collectives are priced analytically: the caller's own check of the
     /// flag then discards the result.
     pub cancel: Cancel,
+    /// How the devices were placed on the slice, when tpusim chose it.
+    pub placement: Option<String>,
 }
 
 impl PodModel {
@@ -49,6 +51,7 @@ impl PodModel {
             network,
             used,
             cancel: Cancel::default(),
+            placement: None,
         }
     }
 
@@ -105,6 +108,10 @@ impl CommModel for PodModel {
 
     fn devices(&self, m: &Module) -> u32 {
         devices_used(m).min(u64::from(u32::MAX)) as u32
+    }
+
+    fn assumptions(&self) -> Vec<String> {
+        self.placement.iter().cloned().collect()
     }
 
     fn describe(&self) -> Option<String> {
@@ -185,6 +192,10 @@ pub struct PodOptions {
     pub network: Network,
     /// A device-order file's text (one line per device id).
     pub device_order: Option<String>,
+    /// The logical mesh (axis sizes, major first) a partitioner numbered the
+    /// devices by: without a device order they are placed as JAX lays that
+    /// mesh on a slice ([`crate::placement`]).
+    pub mesh: Option<Vec<u32>>,
     /// Handed to the [`PodModel`] (see [`PodModel::cancel`]).
     pub cancel: Cancel,
 }
@@ -203,8 +214,11 @@ impl PodOptions {
             None => crate::default_shape(chip, devices.div_ceil(u64::from(slices))),
         };
         let mut pod = Pod::for_chip(chip, &shape, slices)?;
+        let mut placement = None;
         if let Some(text) = &self.device_order {
             pod.set_device_order(text)?;
+        } else if let Some(mesh) = &self.mesh {
+            placement = Some(place_mesh(&mut pod, mesh));
         }
         if u64::from(slices) > devices.max(1) {
             return Err(PodError::TooManySlices {
@@ -213,9 +227,57 @@ impl PodOptions {
             });
         }
         let mut model = PodModel::new(pod, self.network);
+        model.placement = placement;
         model.used = devices;
         model.cancel = self.cancel.clone();
         model.check(m)?;
         Ok(Some(model))
+    }
+}
+
+/// Places `mesh` on the pod as JAX would, and says so (or why not).
+fn place_mesh(pod: &mut Pod, mesh: &[u32]) -> String {
+    let mesh_text = crate::topology::shape_text(mesh);
+    match pod.place_mesh(mesh) {
+        Ok(layout) => {
+            let names = ["x", "y", "z", "chip devices"];
+            let per_slice = crate::placement::slice_mesh(mesh, pod.slices).unwrap_or_default();
+            let physical = crate::placement::physical_axes(&pod.shape, pod.devices_per_chip);
+            let parts: Vec<String> = layout
+                .axes
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| mesh[*k] > 1)
+                .map(|(k, axes)| {
+                    let mut on: Vec<&str> = axes
+                        .iter()
+                        .filter(|&&a| physical[a] > 1)
+                        .map(|&a| names[a])
+                        .collect();
+                    if per_slice.get(k) != Some(&mesh[k]) {
+                        on.push("slices (DCN)");
+                    }
+                    format!("axis {k} ({}) on {}", mesh[k], on.join("+"))
+                })
+                .collect();
+            // JAX replaces the generic layout by fixed ring orders on a few
+            // trays (v5e/v6e 2x2, 8 and 4x4 chips; v5p 2x2x2; small TPU7x).
+            let small = if pod.chips_per_slice() <= 32 {
+                " (JAX's fixed ring orders for some slices of up to 32 chips are not modelled)"
+            } else {
+                ""
+            };
+            format!(
+                "devices placed as JAX's create_device_mesh (jax.make_mesh, MaxText) lays mesh \
+                 {mesh_text} on the {} slice: {}{small}",
+                crate::topology::shape_text(&pod.shape),
+                parts.join(", ")
+            )
+        }
+        Err(why) => format!(
+            "devices placed in torus order (x fastest), not as JAX would lay mesh {mesh_text} \
+             on the {} slice: {why}; give --device-order to place them",
+            crate::topology::shape_text(&pod.shape)
+        ),
     }
 }

@@ -5,8 +5,9 @@
 //! (the first axis varies fastest). By default device id `d` sits at
 //! location `d`; a device order file can place ids anywhere.
 
+use crate::placement::{lay_mesh, physical_axes, slice_mesh, MeshLayout};
 use crate::PodError;
-use tpusim_arch::{Chip, Topology};
+use tpusim_arch::{Chip, Topology, Wraparound};
 
 /// Largest number of torus axes a pod may have.
 pub const MAX_AXES: usize = 3;
@@ -106,7 +107,32 @@ pub fn default_shape(chip: &Chip, devices: u64) -> Vec<u32> {
         .collect()
 }
 
-fn shape_text(shape: &[u32]) -> String {
+/// Whether a slice of `shape` exceeds the largest slice of the chip's torus.
+/// A torus built of whole cubes joined by optical switches (v4, v5p) can take
+/// any arrangement of cubes up to the pod's chip count (Google's slice tables
+/// list v5p shapes such as 4x4x244 and 8x16x48 for a 16x20x28 pod): only the
+/// chip count is compared. Otherwise the axes are compared largest to
+/// largest.
+fn too_large(topology: &Topology, shape: &[u32], max_slice_shape: &[u32]) -> bool {
+    let chips = |s: &[u32]| s.iter().map(|&d| u64::from(d)).product::<u64>();
+    let cube_built = matches!(
+        topology,
+        Topology::Torus {
+            wraparound: Wraparound::WholeCubes { .. },
+            ..
+        }
+    );
+    if cube_built {
+        return chips(shape) > chips(max_slice_shape);
+    }
+    let mut want = shape.to_vec();
+    let mut max = max_slice_shape.to_vec();
+    want.sort_unstable();
+    max.sort_unstable();
+    want.iter().zip(&max).any(|(w, m)| w > m)
+}
+
+pub(crate) fn shape_text(shape: &[u32]) -> String {
     shape
         .iter()
         .map(u32::to_string)
@@ -117,7 +143,7 @@ fn shape_text(shape: &[u32]) -> String {
 impl Pod {
     /// A pod of `slices` slices of `shape` chips of `chip`, checked against
     /// the chip's torus: a shape with fewer axes gets axes of 1, and no slice
-    /// may exceed the largest one (axes compared largest to largest).
+    /// may exceed the largest one (see [`too_large`]).
     pub fn for_chip(chip: &Chip, shape: &[u32], slices: u32) -> Result<Pod, PodError> {
         let Topology::Torus {
             dims,
@@ -138,15 +164,22 @@ impl Pod {
         }
         let mut full = shape.to_vec();
         full.resize(dims, 1);
-        let mut want = full.clone();
-        let mut max = max_slice_shape.clone();
-        want.sort_unstable();
-        max.sort_unstable();
-        if want.iter().zip(&max).any(|(w, m)| w > m) {
+        if too_large(&chip.ici.topology, &full, max_slice_shape) {
             return Err(PodError::TooLarge {
                 chip: chip.name.clone(),
                 shape: shape_text(shape),
-                max: shape_text(max_slice_shape),
+                max: match &chip.ici.topology {
+                    Topology::Torus {
+                        wraparound: Wraparound::WholeCubes { cube_edge },
+                        ..
+                    } => {
+                        format!(
+                        "{} chips, any arrangement of {cube_edge}x{cube_edge}x{cube_edge} cubes",
+                        max_slice_shape.iter().map(|&d| u64::from(d)).product::<u64>()
+                    )
+                    }
+                    _ => shape_text(max_slice_shape),
+                },
             });
         }
         let mut pod = Pod::unchecked(chip, &full, slices)?;
@@ -273,6 +306,35 @@ impl Pod {
         loc / self.devices_per_chip.max(1)
     }
 
+    /// Places the devices of a program partitioned over `mesh` (its axis
+    /// sizes, major first) as JAX lays that mesh on each slice (see
+    /// [`crate::placement`]); the slices take the leading mesh positions.
+    /// Returns the layout of one slice, or why there is none (the order is
+    /// then left as it was).
+    pub fn place_mesh(&mut self, mesh: &[u32]) -> Result<MeshLayout, String> {
+        let per_slice = slice_mesh(mesh, self.slices).ok_or_else(|| {
+            format!(
+                "{} slices do not divide the mesh's leading axes",
+                self.slices
+            )
+        })?;
+        let physical = physical_axes(&self.shape, self.devices_per_chip);
+        let layout = lay_mesh(&physical, &per_slice)?;
+        let mut order = Vec::with_capacity(layout.coords.len() * self.slices as usize);
+        for slice in 0..self.slices {
+            for c in &layout.coords {
+                order.push(self.loc_of(&Place {
+                    slice,
+                    chip: 0,
+                    core: c[3],
+                    coords: [c[0], c[1], c[2]],
+                }));
+            }
+        }
+        self.order = Some(order);
+        Ok(layout)
+    }
+
     /// Reads a device order: one line per device id, in id order, holding the
     /// chip coordinates (one per axis), then optionally the device within the
     /// chip and the slice; blank lines and `#` comments are skipped. Devices
@@ -354,6 +416,20 @@ mod tests {
         assert_eq!(default_shape(&by_id("v5p").unwrap(), 1024), vec![8, 8, 16]);
         assert_eq!(default_shape(&by_id("v2").unwrap(), 8), vec![2, 2]);
         assert_eq!(default_shape(&by_id("v5e").unwrap(), 1), vec![1, 1]);
+    }
+
+    #[test]
+    fn cube_built_slices_are_limited_by_chip_count() {
+        let v5p = by_id("v5p").unwrap();
+        // MaxText's GPT-3 v5p-12288 topology: an axis longer than the pod's.
+        assert!(Pod::for_chip(&v5p, &[8, 16, 48], 1).is_ok());
+        assert!(Pod::for_chip(&v5p, &[4, 4, 244], 1).is_ok());
+        let err = Pod::for_chip(&v5p, &[16, 20, 32], 1).unwrap_err();
+        assert!(err.to_string().contains("8960 chips"), "{err}");
+        // A 2D torus without cubes keeps its axes.
+        let v5e = by_id("v5e").unwrap();
+        assert!(Pod::for_chip(&v5e, &[8, 32], 1).is_err());
+        assert!(Pod::for_chip(&v5e, &[16, 8], 1).is_ok());
     }
 
     #[test]

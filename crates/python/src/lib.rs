@@ -125,8 +125,9 @@ fn analyze_json(
     Ok(interruptible(py, &cancel, || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "analyze")?;
-        let (module, note) = load::partition_if_needed(module, &cancel)?;
-        let pod = pod_args.model(&chip, &module, &cancel)?;
+        let tpusim_spmd::ForPricing { module, note, mesh } =
+            load::partition_if_needed(module, &cancel)?;
+        let pod = pod_args.model(&chip, &module, mesh.as_deref(), &cancel)?;
         let comm = pod::comm(&pod);
         let (_, mut analysis) =
             compiled_analysis(&module, &chip, comm, as_given, collective_matmul, &cancel)?;
@@ -171,8 +172,9 @@ fn trace_views(
     Ok(interruptible(py, &cancel, || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "trace")?;
-        let (module, note) = load::partition_if_needed(module, &cancel)?;
-        let pod = pod_args.model(&chip, &module, &cancel)?;
+        let tpusim_spmd::ForPricing { module, note, mesh } =
+            load::partition_if_needed(module, &cancel)?;
+        let pod = pod_args.model(&chip, &module, mesh.as_deref(), &cancel)?;
         let comm = pod::comm(&pod);
         let (prepared, mut analysis) =
             compiled_analysis(&module, &chip, comm, as_given, collective_matmul, &cancel)?;
@@ -329,7 +331,7 @@ fn prepare_run(
     // An unpartitioned sharded program runs partitioned, on global arrays.
     let global_outputs: Vec<Vec<usize>> = tpusim_interp::spmd::root_leaf_dims(&m);
     let unpartitioned = tpusim_spmd::needs_partitioning(&m);
-    let (m, _) = load::partition_if_needed(m, cancel)?;
+    let m = load::partition_if_needed(m, cancel)?.module;
     let cap = match &call.max_memory {
         Some(limit) => limit.bytes()?,
         None => memory::default_cap(),

@@ -46,30 +46,20 @@ fn render_verify(
 }
 
 /// An unpartitioned sharded module (a `jax.jit(...).lower(...)` program) is
-/// partitioned by tpusim's SPMD partitioner, as the CLI does; the note is the
-/// assumption the analysis reports. Other modules come back unchanged.
+/// partitioned by tpusim's SPMD partitioner, as the CLI does (with the
+/// assumption the analysis reports and the mesh its device ids number). Other
+/// modules come back unchanged.
 pub fn partition_if_needed(
     m: Module,
     cancel: &tpusim_hlo::Cancel,
-) -> Result<(Module, Option<String>), BindError> {
-    if !tpusim_spmd::needs_partitioning(&m) {
-        return Ok((m, None));
-    }
+) -> Result<tpusim_spmd::ForPricing, BindError> {
     let options = tpusim_spmd::PartitionOptions {
         cancel: cancel.clone(),
         ..Default::default()
     };
-    let unsupported = |e: tpusim_spmd::SpmdError| match e {
+    let name = m.name.clone();
+    tpusim_spmd::partition_for_pricing(m, &options).map_err(|e| match e {
         tpusim_spmd::SpmdError::Cancelled(c) => BindError::from(c),
-        e => BindError::Unsupported(format!("partitioning '{}': {e}", m.name)),
-    };
-    let mesh = tpusim_spmd::mesh_of(&m, &options).map_err(unsupported)?;
-    let p = tpusim_spmd::partition(&m, &options).map_err(unsupported)?;
-    let devices: u32 = mesh.iter().map(|a| a.1).product();
-    let axes: Vec<String> = mesh.iter().map(|(n, s)| format!("{n}={s}")).collect();
-    let note = format!(
-        "partitioned by tpusim's SPMD partitioner for {devices} devices (mesh {})",
-        axes.join(" x ")
-    );
-    Ok((p, Some(note)))
+        e => BindError::Unsupported(format!("partitioning '{name}': {e}")),
+    })
 }

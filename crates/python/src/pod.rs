@@ -22,6 +22,7 @@ impl PodArgs {
         &self,
         chip: &tpusim_arch::Chip,
         m: &tpusim_hlo::Module,
+        mesh: Option<&[u32]>,
         cancel: &tpusim_hlo::Cancel,
     ) -> Result<Option<PodModel>, BindError> {
         let network = match self.network.as_deref().unwrap_or("analytic") {
@@ -45,6 +46,7 @@ impl PodArgs {
             slices: self.slices,
             network,
             device_order,
+            mesh: mesh.map(<[u32]>::to_vec),
             cancel: cancel.clone(),
         };
         opts.model_for(chip, m)

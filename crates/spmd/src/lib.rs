@@ -186,6 +186,65 @@ pub fn mesh_of(m: &Module, options: &PartitionOptions) -> Result<Vec<(String, u3
     }
 }
 
+/// The logical mesh the devices of `m` are numbered by (axis sizes, major
+/// first): the Shardy mesh's axes, or else the finest mesh every iota device
+/// list of the module's tiled shardings is a reshape of (`<=[16,48,8]` and
+/// `<=[768,8]` give 16x48x8); `[n]` when the lists say nothing. Device
+/// placement uses it (a JAX mesh's axes are laid on the torus one by one).
+pub fn mesh_shape(m: &Module, options: &PartitionOptions) -> Result<Vec<u32>, SpmdError> {
+    let axes = mesh_of(m, options)?;
+    if sdy_mesh(m)?.is_some_and(|a| !a.is_empty()) {
+        return Ok(axes.iter().map(|a| a.1).collect());
+    }
+    let n: u32 = axes.iter().map(|a| a.1).product();
+    Ok(iota_mesh(m, u64::from(n)).unwrap_or_else(|| vec![n]))
+}
+
+/// The finest mesh of `n` devices that every iota device list of `m`'s tiled
+/// shardings reshapes (their minor-to-major strides, merged), if the strides
+/// nest (each divides the next).
+fn iota_mesh(m: &Module, n: u64) -> Option<Vec<u32>> {
+    let mut strides = std::collections::BTreeSet::new();
+    for i in &m.instrs {
+        let singles: Vec<&SingleSharding> = match i.sharding() {
+            Some(Sharding::Single(s)) => vec![s],
+            Some(Sharding::Tuple(t)) => t.iter().collect(),
+            None => continue,
+        };
+        for s in singles {
+            let tpusim_hlo::attr::ShardingKind::Tiled(ta) = &s.kind else {
+                continue;
+            };
+            let tpusim_hlo::attr::DeviceList::Iota { reshape, .. } = &ta.devices else {
+                continue;
+            };
+            if reshape.iter().map(|&d| d.max(1) as u64).product::<u64>() != n {
+                continue;
+            }
+            let mut stride = 1u64;
+            for &d in reshape.iter().rev() {
+                stride = stride.saturating_mul(d.max(1) as u64);
+                strides.insert(stride);
+            }
+        }
+    }
+    strides.insert(n);
+    let mut shape = Vec::new();
+    let mut below = 1u64;
+    for &s in &strides {
+        if s == 1 {
+            continue;
+        }
+        if s % below != 0 {
+            return None;
+        }
+        shape.push(u32::try_from(s / below).ok()?);
+        below = s;
+    }
+    shape.reverse();
+    Some(shape)
+}
+
 /// Checks that every Shardy axis named on an instruction exists in the mesh.
 fn check_axis_names(m: &Module, mesh: &[(String, u32)]) -> Result<(), SpmdError> {
     if sdy_mesh(m)?.is_none() {
@@ -226,6 +285,54 @@ fn check_axis_names(m: &Module, mesh: &[(String, u32)]) -> Result<(), SpmdError>
 /// Most partitioning rounds (see `partition`): the first and two that carry
 /// the tilings later ops asked for back into loops, scatters and dots.
 const MAX_ROUNDS: usize = 3;
+
+/// A module ready for pricing, and what partitioning it involved.
+pub struct ForPricing {
+    /// The per-device module (the input itself when it needed no partitioning).
+    pub module: Module,
+    /// The assumption line the analyses report, when it was partitioned.
+    pub note: Option<String>,
+    /// The logical mesh its device ids number ([`mesh_shape`]), when it was
+    /// partitioned.
+    pub mesh: Option<Vec<u32>>,
+}
+
+/// Partitions `module` when it [`needs_partitioning`], with the assumption
+/// line and mesh shape the CLI and the Python package report; any other module
+/// comes back as it is.
+pub fn partition_for_pricing(
+    module: Module,
+    options: &PartitionOptions,
+) -> Result<ForPricing, SpmdError> {
+    if !needs_partitioning(&module) {
+        return Ok(ForPricing {
+            module,
+            note: None,
+            mesh: None,
+        });
+    }
+    let named = mesh_of(&module, options)?;
+    let mesh = mesh_shape(&module, options)?;
+    let partitioned = partition(&module, options)?;
+    let devices: u32 = named.iter().map(|a| a.1).product();
+    let mesh_text = if sdy_mesh(&module)?.is_some_and(|a| !a.is_empty()) {
+        let axes: Vec<String> = named.iter().map(|(n, s)| format!("{n}={s}")).collect();
+        format!("mesh {}", axes.join(" x "))
+    } else {
+        let sizes: Vec<String> = mesh.iter().map(u32::to_string).collect();
+        format!(
+            "device mesh {}, read from the shardings' device lists",
+            sizes.join("x")
+        )
+    };
+    Ok(ForPricing {
+        module: partitioned,
+        note: Some(format!(
+            "partitioned by tpusim's SPMD partitioner for {devices} devices ({mesh_text})"
+        )),
+        mesh: Some(mesh),
+    })
+}
 
 /// Partitions an unpartitioned sharded module into the per-device module for
 /// `options.num_devices` (or the module's own device count). The result is

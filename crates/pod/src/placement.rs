@@ -1,0 +1,163 @@
+//! Where the devices of a logical mesh sit on a slice when the program does not
+//! say: as JAX lays a mesh on a TPU slice.
+//!
+//! A program partitioned from mesh shardings numbers its devices by their
+//! position in the mesh (row-major). On a TPU, `jax.make_mesh` and
+//! `mesh_utils.create_device_mesh` (what MaxText calls) decide which chip each
+//! position gets: the mesh axes, last (most network-intensive) first, each take
+//! the largest set of still-free physical axes whose sizes multiply to the
+//! axis's size, trying sets in order (`_create_device_mesh_for_nd_torus`).
+//! The physical axes are `x, y, z` (a 2D slice has `z = 1`), then the devices
+//! within a chip when a chip has more than one. JAX refuses a mesh that would
+//! have to split a physical axis; so does [`lay_mesh`].
+//!
+//! Not modelled: the fixed device orders JAX uses for a few small slices (the
+//! 2x2, 2x4 and 4x4 trays of v5e/v6e, v5p's 2x2x2), and
+//! `allow_split_physical_axes`.
+
+/// How a mesh was laid on one slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MeshLayout {
+    /// For each mesh axis, the physical axes it spans (0..3 are x, y, z; 3 is
+    /// the devices within a chip).
+    pub axes: Vec<Vec<usize>>,
+    /// Physical coordinates (x, y, z, device within the chip) of each
+    /// position of the mesh, in row-major order.
+    pub coords: Vec<[u32; 4]>,
+}
+
+/// Physical axis sizes as JAX sees a slice: `x, y, z`, then the devices of a
+/// chip when there are several.
+pub fn physical_axes(shape: &[u32], devices_per_chip: u32) -> Vec<u32> {
+    let mut p: Vec<u32> = (0..3).map(|a| shape.get(a).copied().unwrap_or(1)).collect();
+    if devices_per_chip > 1 {
+        p.push(devices_per_chip);
+    }
+    p
+}
+
+/// Lays `mesh` on a slice with physical axes `physical`, or says why JAX
+/// would not.
+pub fn lay_mesh(physical: &[u32], mesh: &[u32]) -> Result<MeshLayout, String> {
+    let total: u64 = physical.iter().map(|&d| u64::from(d)).product();
+    let wanted: u64 = mesh.iter().map(|&d| u64::from(d)).product();
+    if total != wanted {
+        return Err(format!("the mesh has {wanted} devices, the slice {total}"));
+    }
+    let axes = assign_axes(physical, mesh)?;
+    // The mesh is the physical array with its axes in assignment order,
+    // reshaped row-major; physical axes no mesh axis took have size 1.
+    let mut order: Vec<usize> = axes.iter().flatten().copied().collect();
+    let untaken: Vec<usize> = (0..physical.len()).filter(|a| !order.contains(a)).collect();
+    order.extend(untaken);
+    let coords = (0..total)
+        .map(|position| {
+            let mut rest = position;
+            let mut c = [0u32; 4];
+            for &a in order.iter().rev() {
+                let n = u64::from(physical[a]);
+                c[a] = (rest % n) as u32;
+                rest /= n;
+            }
+            c
+        })
+        .collect();
+    Ok(MeshLayout { axes, coords })
+}
+
+/// For each mesh axis, the physical axes JAX gives it.
+fn assign_axes(physical: &[u32], mesh: &[u32]) -> Result<Vec<Vec<usize>>, String> {
+    let mut free: Vec<u64> = physical.iter().map(|&d| u64::from(d)).collect();
+    let mut axes = vec![Vec::new(); mesh.len()];
+    for (k, &size) in mesh.iter().enumerate().rev() {
+        let found = (1..=free.len())
+            .rev()
+            .flat_map(|n| combinations(free.len(), n))
+            .find(|set| set.iter().map(|&a| free[a]).product::<u64>() == u64::from(size));
+        match found {
+            Some(set) => {
+                for &a in &set {
+                    free[a] = 0;
+                }
+                axes[k] = set;
+            }
+            None if size > 1 => {
+                return Err(format!(
+                    "mesh axis {k} ({size}) is no product of the free physical axes {} (JAX \
+                     would have to split one)",
+                    free.iter()
+                        .filter(|&&d| d > 0)
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join("x")
+                ))
+            }
+            None => {}
+        }
+    }
+    Ok(axes)
+}
+
+/// The `k`-element subsets of `0..n` in lexicographic order (as Python's
+/// `itertools.combinations`); `n` is at most 4 here.
+fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut set: Vec<usize> = (0..k).collect();
+    if k > n {
+        return out;
+    }
+    loop {
+        out.push(set.clone());
+        let Some(i) = (0..k).rev().find(|&i| set[i] < n - k + i) else {
+            return out;
+        };
+        set[i] += 1;
+        for j in i + 1..k {
+            set[j] = set[j - 1] + 1;
+        }
+    }
+}
+
+/// The mesh one slice holds when `slices` slices share `mesh`: the slices take
+/// the leading mesh positions (as `create_hybrid_device_mesh` puts the DCN
+/// part of each axis before its ICI part), so they divide the leading axes.
+pub fn slice_mesh(mesh: &[u32], slices: u32) -> Option<Vec<u32>> {
+    let mut left = slices.max(1);
+    let mut out = mesh.to_vec();
+    for d in out.iter_mut() {
+        if left == 1 {
+            break;
+        }
+        if left.is_multiple_of(*d) {
+            left /= *d;
+            *d = 1;
+        } else if d.is_multiple_of(left) {
+            *d /= left;
+            left = 1;
+        } else {
+            return None;
+        }
+    }
+    (left == 1).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combinations_in_python_order() {
+        assert_eq!(combinations(3, 2), vec![vec![0, 1], vec![0, 2], vec![1, 2]]);
+        assert_eq!(combinations(3, 3), vec![vec![0, 1, 2]]);
+        assert!(combinations(2, 3).is_empty());
+    }
+
+    #[test]
+    fn slices_take_the_leading_axes() {
+        assert_eq!(slice_mesh(&[4, 256, 1], 4), Some(vec![1, 256, 1]));
+        assert_eq!(slice_mesh(&[32, 256], 4), Some(vec![8, 256]));
+        assert_eq!(slice_mesh(&[2, 4, 64], 8), Some(vec![1, 1, 64]));
+        assert_eq!(slice_mesh(&[3, 64], 2), None);
+        assert_eq!(slice_mesh(&[8, 8], 1), Some(vec![8, 8]));
+    }
+}

@@ -1,0 +1,86 @@
+//! Mesh placement against JAX: every case of testdata/mesh_placement.json
+//! (written by tools/gen_mesh_placement.py from JAX's own
+//! `_create_device_mesh_for_nd_torus`) must put each mesh position on the same
+//! physical coordinates, and refuse the meshes JAX refuses.
+
+use serde::Deserialize;
+use tpusim_pod::placement::lay_mesh;
+use tpusim_pod::{Pod, PodOptions};
+
+#[derive(Deserialize)]
+struct Case {
+    physical: Vec<u32>,
+    mesh: Vec<u32>,
+    coords: Option<Vec<[u32; 3]>>,
+}
+
+#[derive(Deserialize)]
+struct Cases {
+    cases: Vec<Case>,
+}
+
+fn cases() -> Vec<Case> {
+    let text = include_str!("../testdata/mesh_placement.json");
+    serde_json::from_str::<Cases>(text).unwrap().cases
+}
+
+#[test]
+fn meshes_land_where_jax_puts_them() {
+    let cases = cases();
+    assert!(cases.len() >= 15);
+    for c in cases {
+        let got = lay_mesh(&c.physical, &c.mesh);
+        let label = format!("mesh {:?} on {:?}", c.mesh, c.physical);
+        match (&c.coords, got) {
+            (Some(want), Ok(layout)) => {
+                let got: Vec<[u32; 3]> = layout.coords.iter().map(|c| [c[0], c[1], c[2]]).collect();
+                assert_eq!(&got, want, "{label}");
+            }
+            (None, Err(_)) => {}
+            (Some(_), Err(e)) => panic!("{label}: JAX lays it, tpusim refuses: {e}"),
+            (None, Ok(_)) => panic!("{label}: JAX refuses it, tpusim lays it"),
+        }
+    }
+}
+
+/// The pod turns the layout into device locations, slice by slice.
+#[test]
+fn a_pod_places_each_slice_alike() {
+    let chip = tpusim_arch::by_id("v5p").unwrap();
+    let mut pod = Pod::for_chip(&chip, &[4, 4, 8], 2).unwrap();
+    // (data 2 over DCN) x fsdp 16 x tensor 8: tensor takes z, fsdp x and y.
+    let layout = pod.place_mesh(&[2, 16, 8]).unwrap();
+    assert_eq!(layout.axes, vec![vec![], vec![0, 1], vec![2]]);
+    let first = pod.place(pod.loc(1).unwrap());
+    assert_eq!((first.slice, first.coords), (0, [0, 0, 1]));
+    let other_slice = pod.place(pod.loc(128 + 8).unwrap());
+    assert_eq!((other_slice.slice, other_slice.coords), (1, [0, 1, 0]));
+    // Every location is used once.
+    let mut locs: Vec<u32> = (0..256).map(|d| pod.loc(d).unwrap()).collect();
+    locs.sort_unstable();
+    assert_eq!(locs, (0..256).collect::<Vec<u32>>());
+}
+
+/// A mesh JAX cannot lay keeps the torus order, and the analysis says why.
+#[test]
+fn an_impossible_mesh_is_an_assumption_not_an_error() {
+    let chip = tpusim_arch::by_id("v5p").unwrap();
+    let m = tpusim_hlo::parse_module(
+        "HloModule m, num_partitions=64\n\nadd {\n  x = f32[] parameter(0)\n  \
+         y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\nENTRY e {\n  \
+         p = f32[64] parameter(0)\n  \
+         ROOT a = f32[64] all-reduce(p), channel_id=1, replica_groups=[1,64]<=[64], use_global_device_ids=true, to_apply=add\n}\n",
+    )
+    .unwrap();
+    for (mesh, laid) in [(vec![4u32, 16], true), (vec![2, 32], false)] {
+        let opts = PodOptions {
+            topology: Some("4x4x4".into()),
+            slices: 1,
+            mesh: Some(mesh.clone()),
+            ..Default::default()
+        };
+        let model = opts.model_for(&chip, &m).unwrap().unwrap();
+        let note = model.placement.clone().unwrap();
+        assert_eq!(note.contains("torus order"), !laid, "{mesh:?}: {note}");
+    }
+}
