@@ -190,9 +190,16 @@ pub(crate) struct Mem {
     peak_seq: u64,
     points: Vec<MemoryPoint>,
     constants: HashMap<InstrId, BufId>,
-    /// Leaves written into a donated parameter: (instr, leaf).
-    in_place: HashSet<(InstrId, u32)>,
+    /// Leaves written into a donated parameter: (instr, leaf) → (parameter
+    /// number, leaf of the parameter).
+    in_place: HashMap<(InstrId, u32), (usize, u32)>,
+    /// The buffer of each entry parameter leaf, by (number, leaf).
+    parameters: HashMap<(usize, u32), BufId>,
     aliased_bytes: u64,
+    /// Bytes of outputs that took a donated parameter's memory back after the
+    /// parameter's value had died (counted as outputs, not as new memory of
+    /// the program's own).
+    reoccupied_bytes: u64,
 }
 
 /// Number of array leaves of a shape.
@@ -267,6 +274,12 @@ impl Mem {
     }
 
     /// A fresh value for every leaf of `shape`, defined by `instr` at `time_s`.
+    ///
+    /// A leaf the program writes into a donated parameter lives in that
+    /// parameter's memory, as XLA's buffer assignment places it: it takes
+    /// the parameter's buffer over while the parameter's value is still live
+    /// (it dies at this op), or else takes the memory back, which
+    /// temporaries may have used in between (allocated anew).
     pub(crate) fn alloc(
         &mut self,
         instr: InstrId,
@@ -280,16 +293,52 @@ impl Mem {
             .iter()
             .enumerate()
             .map(|(k, s)| {
-                let mut bytes = s.byte_size();
-                if self.in_place.contains(&(instr, k as u32)) {
-                    self.aliased_bytes = self.aliased_bytes.saturating_add(bytes);
-                    bytes = 0;
+                let bytes = s.byte_size();
+                let Some(&param) = self.in_place.get(&(instr, k as u32)) else {
+                    return self.new_buf(instr, k as u32, bytes, kind, time_s);
+                };
+                self.aliased_bytes = self.aliased_bytes.saturating_add(bytes);
+                match self.parameters.get(&param).copied() {
+                    Some(b) if self.is_live(b) => {
+                        self.share(&[b]);
+                        b
+                    }
+                    Some(_) => {
+                        self.reoccupied_bytes = self.reoccupied_bytes.saturating_add(bytes);
+                        self.new_buf(instr, k as u32, bytes, BufferKind::Output, time_s)
+                    }
+                    // No parameter buffer is tracked: the memory is counted
+                    // with the parameters.
+                    None => self.new_buf(instr, k as u32, 0, kind, time_s),
                 }
-                self.new_buf(instr, k as u32, bytes, kind, time_s)
             })
             .collect();
         self.record(time_s);
         v
+    }
+
+    /// The entry's parameter number `number` (instruction `instr`), defined
+    /// at the start. The caller keeps a parameter for the whole program,
+    /// except a donated leaf that an output is written into: its memory is
+    /// free once its value dies, as XLA's buffer assignment reuses it.
+    pub(crate) fn parameter(&mut self, number: usize, instr: InstrId, shape: &Shape) -> Value {
+        let v = self.alloc(instr, shape, BufferKind::Parameter, 0.0);
+        let donated: std::collections::HashSet<(usize, u32)> =
+            self.in_place.values().copied().collect();
+        for (leaf, &b) in v.iter().enumerate() {
+            self.parameters.insert((number, leaf as u32), b);
+            if !donated.contains(&(number, leaf as u32)) {
+                self.share(&[b]);
+            }
+        }
+        v
+    }
+
+    /// Whether buffer `b` is allocated.
+    fn is_live(&self, b: BufId) -> bool {
+        self.bufs
+            .get(b as usize)
+            .is_some_and(|buf| buf.free_seq == u64::MAX)
     }
 
     /// The buffer of constant `instr` (allocated once, never freed).
@@ -314,7 +363,7 @@ impl Mem {
     /// Whether `instr`'s (single) result is an output written into a donated
     /// parameter: it takes no buffer of its own, and none of an operand.
     pub(crate) fn writes_into_parameter(&self, instr: InstrId) -> bool {
-        self.in_place.contains(&(instr, 0))
+        self.in_place.contains_key(&(instr, 0))
     }
 
     /// The size of buffer `b`.
@@ -398,7 +447,8 @@ impl Mem {
             timeline: compact(&self.points, MAX_TIMELINE_POINTS),
             peak_buffers,
             parameter_bytes: total(BufferKind::Parameter, &self.bufs),
-            output_bytes: total(BufferKind::Output, &self.bufs),
+            output_bytes: total(BufferKind::Output, &self.bufs)
+                .saturating_sub(self.reoccupied_bytes),
             constant_bytes: total(BufferKind::Constant, &self.bufs),
             aliased_bytes: self.aliased_bytes,
             capacity_bytes: capacity,
@@ -601,9 +651,11 @@ pub fn compact(points: &[MemoryPoint], max: usize) -> Vec<MemoryPoint> {
 
 /// Leaves of entry instructions that `input_output_alias` writes into a
 /// parameter: each aliased output index, traced from the entry root through
-/// tuples, get-tuple-elements and bitcasts to the op that produces it.
-fn in_place_leaves(m: &Module) -> HashSet<(InstrId, u32)> {
-    let mut out = HashSet::new();
+/// tuples, get-tuple-elements and bitcasts to the op that produces it, with
+/// the parameter leaf it is written into.
+fn in_place_leaves(m: &Module) -> HashMap<(InstrId, u32), (usize, u32)> {
+    let mut out = HashMap::new();
+    let params = &m.comp(m.entry).params;
     let root = m.entry().root;
     for alias in &m.config.input_output_alias {
         let mut shape = &m.instr(root).shape;
@@ -628,13 +680,33 @@ fn in_place_leaves(m: &Module) -> HashSet<(InstrId, u32)> {
         if !ok || leaf_count(shape) != 1 {
             continue;
         }
+        let Some(param_leaf) = usize::try_from(alias.parameter).ok().and_then(|n| {
+            Some((
+                n,
+                parameter_leaf(m, *params.get(n)?, &alias.parameter_index)?,
+            ))
+        }) else {
+            continue;
+        };
         if let Some(p) = producer(m, root, leaf, 0) {
             if m.instr(p.0).opcode != Opcode::Parameter {
-                out.insert(p);
+                out.insert(p, param_leaf);
             }
         }
     }
     out
+}
+
+/// The leaf of parameter `param` at tuple index `index` (a single array).
+fn parameter_leaf(m: &Module, param: InstrId, index: &[i64]) -> Option<u32> {
+    let mut shape = &m.instr(param).shape;
+    let mut leaf = 0usize;
+    for &k in index {
+        let k = usize::try_from(k).ok()?;
+        leaf += element_leaves(shape, k)?.start;
+        shape = shape.tuple_elements()?.get(k)?;
+    }
+    (leaf_count(shape) == 1).then(|| u32::try_from(leaf).ok())?
 }
 
 /// The instruction and leaf that define leaf `leaf` of `id`'s value.

@@ -235,10 +235,8 @@ fn replay_timed(
     let entry = tm.entry;
     let mut args: Vec<Value> = Vec::new();
     if let Some(mem) = s.mem.as_mut() {
-        for &p in &tm.comp(entry).params {
-            let v = mem.alloc(p, &tm.instr(p).shape, BufferKind::Parameter, 0.0);
-            // The caller keeps its parameters for the whole program.
-            args.push(mem.share(&v));
+        for (number, &p) in tm.comp(entry).params.iter().enumerate() {
+            args.push(mem.parameter(number, p, &tm.instr(p).shape));
         }
     }
     let outputs = s.comp(entry, args, 0);
@@ -358,8 +356,17 @@ impl Replay<'_> {
         }
         let tracking = self.mem().is_some();
         let mut frame = Frame::default();
+        let mut args = args;
         for &id in &comp.instrs {
-            let v = self.instr(id, &args, &frame, depth);
+            let v = match m.instr(id).parameter_number {
+                // The entry hands its parameters over: a donated one may die
+                // at its last use (the caller keeps the others alive).
+                Some(k) if depth == 0 && m.instr(id).opcode == Opcode::Parameter => {
+                    let k = usize::try_from(k).unwrap_or(usize::MAX);
+                    args.get_mut(k).map(std::mem::take).unwrap_or_default()
+                }
+                _ => self.instr(id, &args, &frame, depth),
+            };
             if !tracking {
                 continue;
             }

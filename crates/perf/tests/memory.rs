@@ -251,9 +251,11 @@ fn every_corpus_module_has_a_memory_profile() {
 /// tools/gen_memory_refs.py) needs at most argument + output - alias + temp
 /// bytes. Our peak comes from unpadded live ranges with XLA's operand-buffer
 /// sharing (elementwise ops and loop fusions take over a dying operand's
-/// buffer): measured 1.000 (attention), 0.982 (mlp_grad), 1.013
-/// (scan_layers) and 1.109 (sgd_step_donated; 1.377 and 1.174 for the first
-/// and last before the sharing).
+/// buffer) and a donated parameter's memory free between its value's last
+/// use and the output written into it: measured 1.000 (attention), 0.982
+/// (mlp_grad), 1.013 (scan_layers) and 1.000 (sgd_step_donated; 1.377 and
+/// 1.174 for the first and last before the sharing, 1.109 for the last before
+/// the donated memory was reused).
 #[test]
 fn peaks_are_close_to_xla_buffer_assignment() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/memory");
@@ -272,7 +274,7 @@ fn peaks_are_close_to_xla_buffer_assignment() {
         let bound = r["peak_bound_bytes"].as_f64().unwrap();
         let ratio = a.peak_memory_bytes as f64 / bound;
         assert!(
-            (0.9..=1.12).contains(&ratio),
+            (0.9..=1.1).contains(&ratio),
             "{name}: ours {} vs XLA {bound} ({ratio:.3})",
             a.peak_memory_bytes
         );
@@ -296,4 +298,46 @@ fn peaks_are_close_to_xla_buffer_assignment() {
         checked += 1;
     }
     assert_eq!(checked, 4);
+}
+
+/// A donated parameter's memory is free between its value's last use and
+/// the output written into it (XLA's buffer assignment puts temporaries
+/// there): `p` dies at `a`, so `t` fits in its memory, and the result takes
+/// it back at the end.
+const DONATED_EARLY: &str = r#"HloModule donated, input_output_alias={ {}: (0, {}, may-alias) }
+
+neg {
+  x = f32[1024] parameter(0)
+  ROOT n = f32[1024] negate(x)
+}
+
+ENTRY e {
+  p = f32[1024] parameter(0)
+  q = f32[1024] parameter(1)
+  a = f32[1024] fusion(p), kind=kLoop, calls=neg
+  t = f32[1024] exponential(q)
+  s = f32[1024] add(a, t)
+  ROOT r = f32[1024] add(s, q)
+}
+"#;
+
+#[test]
+fn a_donated_parameter_frees_its_memory_until_its_output() {
+    let p = profile(DONATED_EARLY);
+    // q with a and t (p's memory holds one of them), then q, s and r: three
+    // arrays at most, where holding p throughout needed four.
+    assert_eq!(p.peak_bytes, 3 * 4096);
+    assert_eq!(p.parameter_bytes, 2 * 4096);
+    assert_eq!(p.aliased_bytes, 4096);
+    // The result lives in p's memory: not an output buffer of its own.
+    assert_eq!(p.output_bytes, 0);
+    // Written while p is still live, the result takes p's buffer over.
+    let late = DONATED_EARLY.replace(
+        "ROOT r = f32[1024] add(s, q)",
+        "ROOT r = f32[1024] add(s, p)",
+    );
+    let p = profile(&late);
+    assert_eq!(p.peak_bytes, 4 * 4096);
+    assert_eq!(p.aliased_bytes, 4096);
+    assert_eq!(p.output_bytes, 0);
 }
