@@ -193,6 +193,8 @@ pub(crate) struct Mem {
     /// Leaves written into a donated parameter: (instr, leaf) → (parameter
     /// number, leaf of the parameter).
     in_place: HashMap<(InstrId, u32), (usize, u32)>,
+    /// The parameter leaves of `in_place`: donated and written again.
+    donated: HashSet<(usize, u32)>,
     /// The buffer of each entry parameter leaf, by (number, leaf).
     parameters: HashMap<(usize, u32), BufId>,
     aliased_bytes: u64,
@@ -227,8 +229,10 @@ pub(crate) fn element_leaves(s: &Shape, k: usize) -> Option<std::ops::Range<usiz
 
 impl Mem {
     pub(crate) fn new(m: &Module) -> Mem {
+        let in_place = in_place_leaves(m);
         Mem {
-            in_place: in_place_leaves(m),
+            donated: in_place.values().copied().collect(),
+            in_place,
             ..Mem::default()
         }
     }
@@ -323,11 +327,9 @@ impl Mem {
     /// free once its value dies, as XLA's buffer assignment reuses it.
     pub(crate) fn parameter(&mut self, number: usize, instr: InstrId, shape: &Shape) -> Value {
         let v = self.alloc(instr, shape, BufferKind::Parameter, 0.0);
-        let donated: std::collections::HashSet<(usize, u32)> =
-            self.in_place.values().copied().collect();
         for (leaf, &b) in v.iter().enumerate() {
             self.parameters.insert((number, leaf as u32), b);
-            if !donated.contains(&(number, leaf as u32)) {
+            if !self.donated.contains(&(number, leaf as u32)) {
                 self.share(&[b]);
             }
         }
@@ -361,7 +363,8 @@ impl Mem {
     }
 
     /// Whether `instr`'s (single) result is an output written into a donated
-    /// parameter: it takes no buffer of its own, and none of an operand.
+    /// parameter: it lives in the parameter's memory (see [`Mem::alloc`]),
+    /// never in an operand's buffer.
     pub(crate) fn writes_into_parameter(&self, instr: InstrId) -> bool {
         self.in_place.contains_key(&(instr, 0))
     }

@@ -132,6 +132,20 @@ fn too_large(topology: &Topology, shape: &[u32], max_slice_shape: &[u32]) -> boo
     want.iter().zip(&max).any(|(w, m)| w > m)
 }
 
+/// The largest slice in words: a shape, or a chip count of cubes.
+fn largest_slice_text(topology: &Topology, max_slice_shape: &[u32]) -> String {
+    match topology {
+        Topology::Torus {
+            wraparound: Wraparound::WholeCubes { cube_edge: e },
+            ..
+        } => {
+            let chips: u64 = max_slice_shape.iter().map(|&d| u64::from(d)).product();
+            format!("{chips} chips, any arrangement of {e}x{e}x{e} cubes")
+        }
+        _ => shape_text(max_slice_shape),
+    }
+}
+
 pub(crate) fn shape_text(shape: &[u32]) -> String {
     shape
         .iter()
@@ -168,18 +182,7 @@ impl Pod {
             return Err(PodError::TooLarge {
                 chip: chip.name.clone(),
                 shape: shape_text(shape),
-                max: match &chip.ici.topology {
-                    Topology::Torus {
-                        wraparound: Wraparound::WholeCubes { cube_edge },
-                        ..
-                    } => {
-                        format!(
-                        "{} chips, any arrangement of {cube_edge}x{cube_edge}x{cube_edge} cubes",
-                        max_slice_shape.iter().map(|&d| u64::from(d)).product::<u64>()
-                    )
-                    }
-                    _ => shape_text(max_slice_shape),
-                },
+                max: largest_slice_text(&chip.ici.topology, max_slice_shape),
             });
         }
         let mut pod = Pod::unchecked(chip, &full, slices)?;
