@@ -187,62 +187,17 @@ pub fn mesh_of(m: &Module, options: &PartitionOptions) -> Result<Vec<(String, u3
 }
 
 /// The logical mesh the devices of `m` are numbered by (axis sizes, major
-/// first): the Shardy mesh's axes, or else the finest mesh every iota device
-/// list of the module's tiled shardings is a reshape of (`<=[16,48,8]` and
-/// `<=[768,8]` give 16x48x8); `[n]` when the lists say nothing. Device
-/// placement uses it (a JAX mesh's axes are laid on the torus one by one).
+/// first): the Shardy mesh's axes, or else the axes the module's iota tile
+/// assignments split the devices into ([`gspmd_segments`]); `[n]` when they
+/// say nothing. Device placement uses it (a JAX mesh's axes are laid on the
+/// torus one by one).
 pub fn mesh_shape(m: &Module, options: &PartitionOptions) -> Result<Vec<u32>, SpmdError> {
     let axes = mesh_of(m, options)?;
     if sdy_mesh(m)?.is_some_and(|a| !a.is_empty()) {
         return Ok(axes.iter().map(|a| a.1).collect());
     }
     let n: u32 = axes.iter().map(|a| a.1).product();
-    Ok(iota_mesh(m, u64::from(n)).unwrap_or_else(|| vec![n]))
-}
-
-/// The finest mesh of `n` devices that every iota device list of `m`'s tiled
-/// shardings reshapes (their minor-to-major strides, merged), if the strides
-/// nest (each divides the next).
-fn iota_mesh(m: &Module, n: u64) -> Option<Vec<u32>> {
-    let mut strides = std::collections::BTreeSet::new();
-    for i in &m.instrs {
-        let singles: Vec<&SingleSharding> = match i.sharding() {
-            Some(Sharding::Single(s)) => vec![s],
-            Some(Sharding::Tuple(t)) => t.iter().collect(),
-            None => continue,
-        };
-        for s in singles {
-            let tpusim_hlo::attr::ShardingKind::Tiled(ta) = &s.kind else {
-                continue;
-            };
-            let tpusim_hlo::attr::DeviceList::Iota { reshape, .. } = &ta.devices else {
-                continue;
-            };
-            if reshape.iter().map(|&d| d.max(1) as u64).product::<u64>() != n {
-                continue;
-            }
-            let mut stride = 1u64;
-            for &d in reshape.iter().rev() {
-                stride = stride.saturating_mul(d.max(1) as u64);
-                strides.insert(stride);
-            }
-        }
-    }
-    strides.insert(n);
-    let mut shape = Vec::new();
-    let mut below = 1u64;
-    for &s in &strides {
-        if s == 1 {
-            continue;
-        }
-        if s % below != 0 {
-            return None;
-        }
-        shape.push(u32::try_from(s / below).ok()?);
-        below = s;
-    }
-    shape.reverse();
-    Some(shape)
+    Ok(gspmd_segments(m, n).unwrap_or_else(|| vec![n]))
 }
 
 /// Checks that every Shardy axis named on an instruction exists in the mesh.
@@ -403,6 +358,16 @@ fn mesh_for(module: &Module, named: Vec<(String, u32)>) -> Mesh {
         return Mesh::new(named);
     }
     let n = named[0].1;
+    match gspmd_segments(module, n) {
+        Some(segments) => Mesh::with_segments(named, &segments),
+        None => Mesh::new(named),
+    }
+}
+
+/// The axes (major first) a GSPMD-style module's `n` devices split into: the
+/// finest mesh every iota tile assignment is a reshape of (`<=[16,48,8]` and
+/// `<=[768,8]` give 16x48x8), if their boundaries nest.
+fn gspmd_segments(module: &Module, n: u32) -> Option<Vec<u32>> {
     let mut boundaries = Vec::new();
     for ins in &module.instrs {
         let singles: Vec<&SingleSharding> = match ins.sharding() {
@@ -416,10 +381,7 @@ fn mesh_for(module: &Module, named: Vec<(String, u32)>) -> Mesh {
             }
         }
     }
-    match mesh::segments_from_boundaries(n, &boundaries) {
-        Some(segments) => Mesh::with_segments(named, &segments),
-        None => Mesh::new(named),
-    }
+    mesh::segments_from_boundaries(n, &boundaries)
 }
 
 /// The entry parameters' shardings: their annotations, else replicated.
