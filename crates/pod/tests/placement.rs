@@ -84,3 +84,52 @@ fn an_impossible_mesh_is_an_assumption_not_an_error() {
         assert_eq!(note.contains("torus order"), !laid, "{mesh:?}: {note}");
     }
 }
+
+/// Splits `n` into `parts` factors from the divisors `pick` chooses.
+fn factorize(mut n: u32, picks: &[u32]) -> Vec<u32> {
+    let mut mesh = Vec::new();
+    for &p in picks {
+        let divisors: Vec<u32> = (1..=n).filter(|d| n.is_multiple_of(*d)).collect();
+        let d = divisors[p as usize % divisors.len()];
+        mesh.push(d);
+        n /= d;
+    }
+    mesh.push(n);
+    mesh
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config {
+        cases: 256,
+        ..Default::default()
+    })]
+
+    /// Any mesh of a slice's device count is either refused or laid as a
+    /// one-to-one map onto the slice, each mesh axis on physical axes whose
+    /// sizes multiply to its own.
+    #[test]
+    fn a_laid_mesh_is_a_permutation_of_the_slice(
+        dims in proptest::collection::vec(proptest::sample::select(vec![1u32, 2, 3, 4, 8, 12, 16]), 3),
+        cores in proptest::sample::select(vec![1u32, 2]),
+        picks in proptest::collection::vec(0u32..16, 0..4),
+    ) {
+        let physical = tpusim_pod::placement::physical_axes(&dims, cores);
+        let n: u32 = physical.iter().product();
+        let mesh = factorize(n, &picks);
+        let Ok(layout) = lay_mesh(&physical, &mesh) else {
+            return Ok(());
+        };
+        proptest::prop_assert_eq!(layout.coords.len(), n as usize);
+        let mut seen = std::collections::HashSet::new();
+        for c in &layout.coords {
+            for (a, &len) in physical.iter().enumerate() {
+                proptest::prop_assert!(c[a] < len, "{:?} outside {:?}", c, physical);
+            }
+            proptest::prop_assert!(seen.insert(*c), "{:?} placed twice", c);
+        }
+        for (k, axes) in layout.axes.iter().enumerate() {
+            let size: u32 = axes.iter().map(|&a| physical[a]).product();
+            proptest::prop_assert_eq!(size, mesh[k], "axis {} on {:?}", k, axes);
+        }
+    }
+}
