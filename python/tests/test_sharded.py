@@ -157,6 +157,20 @@ def test_device_order_file_agrees_with_cli(cli: str, tmp_path: pathlib.Path) -> 
     assert report.to_json() + "\n" == expected
 
 
+def test_mesh_places_a_compiled_program_as_the_cli_does(cli: str, tmp_path: pathlib.Path) -> None:
+    _, compiled, _ = compiled_mlp()
+    hlo = write(tmp_path, "sharded.hlo", compiled.as_text())
+    flags = ["--topology", "2x4", "--mesh", "2x4"]
+    expected = run_cli(cli, "analyze", hlo, "--chip", "v5e", "--json", *flags)
+    report = tpusim.analyze(compiled, chip="v5e", topology="2x4", mesh=mesh())
+    assert report.to_json() + "\n" == expected
+    assert any("lays mesh 2x4" in a for a in report.assumptions), report.assumptions
+    with pytest.raises(tpusim.ArgumentError, match="has 4 devices, the module runs on 8"):
+        tpusim.analyze(compiled, chip="v5e", mesh=jax.sharding.AbstractMesh((2, 2), ("a", "b")))
+    with pytest.raises(tpusim.ArgumentError, match="Mesh or AbstractMesh"):
+        tpusim.analyze(compiled, chip="v5e", mesh=(2, 4))
+
+
 def test_single_device_program_on_a_topology_gets_a_pod(cli: str, tmp_path: pathlib.Path) -> None:
     f, args = jax.jit(lambda a: a * 2), (normal(8),)
     lowered = f.lower(*args)

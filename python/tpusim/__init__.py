@@ -120,10 +120,16 @@ def analyze(
     each all-gather read by a dot into overlapping chunks, as XLA:TPU's
     ``--xla_tpu_decompose_all_gather_einsum`` does). Pods that cannot be built raise
     :class:`TopologyError`.
+
+    ``mesh`` (a ``jax.sharding.Mesh`` or ``AbstractMesh``) also says which mesh the
+    program's device ids number, so that its devices are placed on the slice as
+    ``jax.make_mesh`` lays that mesh on a TPU (as ``--mesh`` does); it may be given
+    with an already lowered or compiled program too. Without it, a program tpusim
+    partitions gets the mesh read from its shardings.
     """
     native = _native_options("analyze", chip, topology, options)
     text, name = hlo_text(_program(x, args, mesh))
-    json_text = _tpusim.analyze_json(text, name, **native)
+    json_text = _tpusim.analyze_json(text, name, mesh=_mesh_shape(mesh), **native)
     return Report(json_text, json.loads(_tpusim.chip_json(native["chip_id"], native["chip_file"])))
 
 
@@ -131,12 +137,24 @@ def _program(x: Any, args: Tuple[Any, ...], mesh: Any) -> Any:
     """What ``analyze`` reads: ``x`` itself, or a Python function lowered for TPU on ``args``."""
     if is_function(x):
         return lower_for_tpu(x, args, mesh)
-    if args or mesh is not None:
+    if args:
         raise ArgumentError(
-            f"arguments after the program and mesh= are for a Python function to lower; "
+            f"arguments after the program are for a Python function to lower; "
             f"got a {type(x).__name__} (give chip= and topology= by keyword)"
         )
     return x
+
+
+def _mesh_shape(mesh: Any) -> Optional[List[int]]:
+    """The axis sizes of a JAX ``Mesh``/``AbstractMesh`` (major first), or None."""
+    if mesh is None:
+        return None
+    sizes = getattr(mesh, "axis_sizes", None)
+    if sizes is None:
+        raise ArgumentError(
+            f"mesh= takes a jax.sharding.Mesh or AbstractMesh, not {type(mesh).__name__}"
+        )
+    return [int(n) for n in sizes]
 
 
 def trace(
@@ -145,6 +163,7 @@ def trace(
     *,
     logdir: Union[str, "os.PathLike[str]"],
     topology: Optional[str] = None,
+    mesh: Any = None,
     force: bool = False,
     timestamp: bool = False,
     **options: Any,
@@ -153,15 +172,22 @@ def trace(
 
     Returns the paths written: ``"trace"`` (``trace.json.gz``, for
     ui.perfetto.dev), ``"report"`` (``report.html``) and ``"xplane"`` (the
-    ``.xplane.pb`` that ``xprof --logdir LOGDIR`` opens). ``topology`` and the
-    options are those of :func:`analyze`. Files already in ``logdir`` are
+    ``.xplane.pb`` that ``xprof --logdir LOGDIR`` opens). ``topology``, ``mesh``
+    (the mesh the device ids number) and the options are those of
+    :func:`analyze`. Files already in ``logdir`` are
     replaced only with ``force=True``; ``timestamp=True`` stamps the XSpace
     with the wall-clock time (else every run writes the same bytes).
     """
     native = _native_options("trace", chip, topology, options)
     text, name = hlo_text(x)
     trace_path, report_path, xplane_path = _tpusim.trace_views(
-        text, name, os.fspath(logdir), force=force, timestamp=timestamp, **native
+        text,
+        name,
+        os.fspath(logdir),
+        force=force,
+        timestamp=timestamp,
+        mesh=_mesh_shape(mesh),
+        **native,
     )
     return {"trace": trace_path, "report": report_path, "xplane": xplane_path}
 

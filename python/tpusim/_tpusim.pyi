@@ -35,6 +35,7 @@ def analyze_json(
     device_order: Optional[str] = None,
     as_given: bool = False,
     collective_matmul: bool = False,
+    mesh: Optional[List[int]] = None,
 ) -> str: ...
 def trace_views(
     text: str,
@@ -50,6 +51,7 @@ def trace_views(
     collective_matmul: bool = False,
     force: bool = False,
     timestamp: bool = False,
+    mesh: Optional[List[int]] = None,
 ) -> Tuple[str, str, str]: ...
 def profile_json(
     path: str, hlo: Optional[Tuple[str, str]] = None, chip_id: Optional[str] = None

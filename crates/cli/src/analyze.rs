@@ -164,34 +164,18 @@ impl PodArgs {
     }
 }
 
-/// Most mesh axes `--mesh` takes (JAX meshes rarely have more than five).
-const MAX_MESH_AXES: usize = 8;
-
 /// The `--mesh` shape, checked against the module's devices.
 fn given_mesh(text: &str, m: &tpusim_hlo::Module) -> Result<Vec<u32>> {
-    let bad = || {
-        anyhow::anyhow!(
-            "bad --mesh `{text}`: write the mesh's axis sizes, major first, such as 16x48x8"
-        )
-    };
     let axes: Vec<u32> = text
         .split('x')
         .map(|a| a.trim().parse::<u32>().ok().filter(|&n| n >= 1))
         .collect::<Option<_>>()
-        .ok_or_else(bad)?;
-    if axes.is_empty() || axes.len() > MAX_MESH_AXES {
-        return Err(bad());
-    }
-    let devices = axes
-        .iter()
-        .fold(1u64, |n, &a| n.saturating_mul(u64::from(a)));
-    let used = tpusim_pod::collective::devices_used(m);
-    if devices != used {
-        anyhow::bail!(
-            "--mesh {text} has {devices} devices, the module runs on {used}: give the mesh its \
-             device ids number"
-        );
-    }
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "bad --mesh `{text}`: write the mesh's axis sizes, major first, such as 16x48x8"
+            )
+        })?;
+    tpusim_pod::check_given_mesh(&axes, m).map_err(|e| anyhow::anyhow!("--mesh: {e}"))?;
     Ok(axes)
 }
 

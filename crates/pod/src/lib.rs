@@ -86,4 +86,48 @@ pub enum PodError {
          least one; give --slices between 1 and {need}"
     )]
     TooManySlices { slices: u32, need: u64 },
+    #[error(
+        "the mesh {mesh} has {devices} devices, the module runs on {used}: give the mesh its \
+         device ids number"
+    )]
+    MeshDevices {
+        mesh: String,
+        devices: u64,
+        used: u64,
+    },
+    #[error("a mesh has 1 to {max} axes, each of at least 1 device; got {mesh}")]
+    BadMesh { mesh: String, max: usize },
+}
+
+/// Most axes a given mesh may have (JAX meshes rarely have more than five).
+pub const MAX_MESH_AXES: usize = 8;
+
+/// Checks a mesh a user gives for an already partitioned module (`--mesh`,
+/// Python's `mesh=`): a few axes of at least one device whose product is the
+/// module's device count.
+pub fn check_given_mesh(mesh: &[u32], m: &tpusim_hlo::Module) -> Result<(), PodError> {
+    let text = || {
+        mesh.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join("x")
+    };
+    if mesh.is_empty() || mesh.len() > MAX_MESH_AXES || mesh.contains(&0) {
+        return Err(PodError::BadMesh {
+            mesh: text(),
+            max: MAX_MESH_AXES,
+        });
+    }
+    let devices = mesh
+        .iter()
+        .fold(1u64, |n, &a| n.saturating_mul(u64::from(a)));
+    let used = collective::devices_used(m);
+    if devices != used {
+        return Err(PodError::MeshDevices {
+            mesh: text(),
+            devices,
+            used,
+        });
+    }
+    Ok(())
 }

@@ -99,7 +99,7 @@ fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, BindErr
 #[pyo3(signature = (
     text, name, chip_id=None, chip_file=None,
     topology=None, slices=1, network=None, device_order=None, as_given=false,
-    collective_matmul=false,
+    collective_matmul=false, mesh=None,
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `tpusim.analyze`
 fn analyze_json(
@@ -114,12 +114,14 @@ fn analyze_json(
     device_order: Option<String>,
     as_given: bool,
     collective_matmul: bool,
+    mesh: Option<Vec<u32>>,
 ) -> PyResult<String> {
     let pod_args = PodArgs {
         topology,
         slices,
         network,
         device_order,
+        mesh,
     };
     let cancel = Cancel::default();
     Ok(interruptible(py, &cancel, || {
@@ -143,7 +145,7 @@ fn analyze_json(
 #[pyo3(signature = (
     text, name, dir, chip_id=None, chip_file=None,
     topology=None, slices=1, network=None, device_order=None, as_given=false,
-    collective_matmul=false, force=false, timestamp=false,
+    collective_matmul=false, force=false, timestamp=false, mesh=None,
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `tpusim.trace`
 fn trace_views(
@@ -161,12 +163,14 @@ fn trace_views(
     collective_matmul: bool,
     force: bool,
     timestamp: bool,
+    mesh: Option<Vec<u32>>,
 ) -> PyResult<(String, String, String)> {
     let pod_args = PodArgs {
         topology,
         slices,
         network,
         device_order,
+        mesh,
     };
     let cancel = Cancel::default();
     Ok(interruptible(py, &cancel, || {

@@ -13,6 +13,9 @@ pub struct PodArgs {
     /// `"analytic"` (the default) or `"sim"`.
     pub network: Option<String>,
     pub device_order: Option<String>,
+    /// The logical mesh the module's device ids number (Python's `mesh=`):
+    /// devices are placed as JAX lays it; else the partitioner's own mesh.
+    pub mesh: Option<Vec<u32>>,
 }
 
 impl PodArgs {
@@ -41,12 +44,20 @@ impl PodArgs {
             ),
             None => None,
         };
+        let mesh = match &self.mesh {
+            Some(given) => {
+                tpusim_pod::check_given_mesh(given, m)
+                    .map_err(|e| BindError::Argument(format!("mesh: {e}")))?;
+                Some(given.clone())
+            }
+            None => mesh.map(<[u32]>::to_vec),
+        };
         let opts = PodOptions {
             topology: self.topology.clone(),
             slices: self.slices,
             network,
             device_order,
-            mesh: mesh.map(<[u32]>::to_vec),
+            mesh,
             cancel: cancel.clone(),
         };
         opts.model_for(chip, m)
