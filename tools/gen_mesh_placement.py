@@ -11,7 +11,9 @@ its size. tpusim does the same when a sharded program names no device order
 
 Each case: the slice's physical shape (x, y, z), the mesh shape, and either the
 physical (x, y, z) of every logical device id in row-major mesh order, or
-`null` where JAX refuses the mesh (it would have to split a physical axis).
+`null` where JAX refuses the mesh (it would have to split a physical axis);
+`split_coords` is the same with `allow_split_physical_axes=True`, which
+`jax.make_mesh` passes on v5e.
 
 Run: python3 tools/gen_mesh_placement.py   (needs jax; not run in CI)
 """
@@ -46,21 +48,35 @@ CASES = [
     ((4, 4, 16), (4, 4, 16)),
     ((4, 4, 16), (16, 16)),
     ((4, 8, 8), (2, 2, 64)),
+    # Meshes only a split lays (jax.make_mesh on v5e splits physical axes).
+    ((16, 16, 1), (4, 64)),
+    ((16, 16, 1), (2, 128)),
+    ((16, 16, 1), (8, 32)),
+    ((16, 16, 1), (32, 8)),
+    ((16, 16, 1), (2, 8, 16)),
+    ((16, 16, 1), (4, 4, 16)),
+    ((16, 16, 1), (2, 2, 64)),
+    ((8, 16, 1), (8, 4, 4)),
+    ((2, 4, 1), (2, 2, 2)),
+    ((4, 4, 1), (8, 2)),
+    ((16, 16, 24), (12, 32, 16)),
 ]
 
 
-def placement(physical, mesh):
+def placement(physical, mesh, split=False):
     ids = np.arange(int(np.prod(physical))).reshape(physical)
     try:
-        laid, _ = mesh_utils._create_device_mesh_for_nd_torus(ids, mesh)
-    except NotImplementedError:
+        laid, _ = mesh_utils._create_device_mesh_for_nd_torus(
+            ids, mesh, allow_split_physical_axes=split)
+    except (NotImplementedError, ValueError):
         return None
     return [list(map(int, np.unravel_index(int(d), physical))) for d in laid.reshape(-1)]
 
 
 def main():
     cases = [
-        {"physical": list(p), "mesh": list(m), "coords": placement(p, m)}
+        {"physical": list(p), "mesh": list(m), "coords": placement(p, m),
+         "split_coords": placement(p, m, split=True)}
         for p, m in CASES
     ]
     OUT.write_text(json.dumps({"source": "jax._src.mesh_utils._create_device_mesh_for_nd_torus, "

@@ -229,6 +229,10 @@ pub enum Topology {
         wraparound: Wraparound,
         /// Largest slice (single ICI domain) in chips, one entry per dimension.
         max_slice_shape: Vec<u32>,
+        /// Whether `jax.make_mesh` lays a mesh on this chip's slices with
+        /// `allow_split_physical_axes` (one physical axis may serve several
+        /// mesh axes); `false` when absent.
+        jax_mesh_splits_axes: bool,
     },
     /// All chips of a domain behind a switch, one hop apart (NVSwitch).
     Switch {
@@ -268,6 +272,7 @@ struct RawTopology {
     dims: Option<u32>,
     wraparound: Option<Wraparound>,
     max_slice_shape: Option<Vec<u32>>,
+    jax_mesh_splits_axes: Option<bool>,
     domain_chips: Option<u32>,
 }
 
@@ -294,11 +299,16 @@ impl TryFrom<RawTopology> for Topology {
                     dims: raw.dims.ok_or_else(|| need("dims"))?,
                     wraparound: raw.wraparound.ok_or_else(|| need("wraparound"))?,
                     max_slice_shape: raw.max_slice_shape.ok_or_else(|| need("max_slice_shape"))?,
+                    jax_mesh_splits_axes: raw.jax_mesh_splits_axes.unwrap_or(false),
                 })
             }
             TopologyKind::Switch => {
-                if raw.dims.is_some() || raw.wraparound.is_some() || raw.max_slice_shape.is_some() {
-                    return Err("`dims`, `wraparound` and `max_slice_shape` are for `kind = \"torus\"`, not a switch".into());
+                if raw.dims.is_some()
+                    || raw.wraparound.is_some()
+                    || raw.max_slice_shape.is_some()
+                    || raw.jax_mesh_splits_axes.is_some()
+                {
+                    return Err("`dims`, `wraparound`, `max_slice_shape` and `jax_mesh_splits_axes` are for `kind = \"torus\"`, not a switch".into());
                 }
                 Ok(Topology::Switch {
                     domain_chips: raw.domain_chips.ok_or(

@@ -367,6 +367,7 @@ impl Validator<'_> {
                 dims,
                 wraparound,
                 max_slice_shape,
+                ..
             } => {
                 if !TORUS_DIMS.contains(dims) {
                     return Err(self.fail(

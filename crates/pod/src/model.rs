@@ -267,9 +267,14 @@ fn place_mesh(pod: &mut Pod, mesh: &[u32]) -> String {
             } else {
                 ""
             };
+            let split = if layout.split {
+                " (splitting physical axes, as jax.make_mesh does on this chip)"
+            } else {
+                ""
+            };
             format!(
                 "devices placed as JAX's create_device_mesh (jax.make_mesh, MaxText) lays mesh \
-                 {mesh_text} on the {} slice: {}{small}",
+                 {mesh_text} on the {} slice: {}{split}{small}",
                 crate::topology::shape_text(&pod.shape),
                 parts.join(", ")
             )

@@ -9,11 +9,12 @@
 //! axis's size, trying sets in order (`_create_device_mesh_for_nd_torus`).
 //! The physical axes are `x, y, z` (a 2D slice has `z = 1`), then the devices
 //! within a chip when a chip has more than one. JAX refuses a mesh that would
-//! have to split a physical axis; so does [`lay_mesh`].
+//! have to split a physical axis ([`lay_mesh`] too), except where
+//! `jax.make_mesh` allows splitting (v5e): then [`lay_mesh_splitting`] lays
+//! it as `_create_device_mesh_for_nd_torus_splitting_axes` does.
 //!
 //! Not modelled: the fixed device orders JAX uses for a few small slices (the
-//! 2x2, 2x4 and 4x4 trays of v5e/v6e, v5p's 2x2x2), and
-//! `allow_split_physical_axes`.
+//! 2x2, 2x4 and 4x4 trays of v5e/v6e, v5p's 2x2x2).
 
 /// How a mesh was laid on one slice.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +25,8 @@ pub struct MeshLayout {
     /// Physical coordinates (x, y, z, device within the chip) of each
     /// position of the mesh, in row-major order.
     pub coords: Vec<[u32; 4]>,
+    /// Whether a physical axis had to be split between mesh axes.
+    pub split: bool,
 }
 
 /// Physical axis sizes as JAX sees a slice: `x, y, z`, then the devices of a
@@ -62,7 +65,185 @@ pub fn lay_mesh(physical: &[u32], mesh: &[u32]) -> Result<MeshLayout, String> {
             c
         })
         .collect();
-    Ok(MeshLayout { axes, coords })
+    Ok(MeshLayout {
+        axes,
+        coords,
+        split: false,
+    })
+}
+
+/// Lays `mesh` as [`lay_mesh`] does, or, where JAX would refuse it, with
+/// physical axes split between mesh axes: each mesh axis (last first) takes
+/// the factors of the free physical sizes that JAX's preference ranks first
+/// (whole physical axes, then more of them, then axes earlier mesh axes use,
+/// then the larger share of the first axes). A mesh axis's coordinate is
+/// spread over the physical axes it uses (the first most significant); within
+/// a physical axis, earlier mesh axes are the more significant part.
+pub fn lay_mesh_splitting(physical: &[u32], mesh: &[u32]) -> Result<MeshLayout, String> {
+    if let Ok(layout) = lay_mesh(physical, mesh) {
+        return Ok(layout);
+    }
+    let total: u64 = physical.iter().map(|&d| u64::from(d)).product();
+    let wanted: u64 = mesh.iter().map(|&d| u64::from(d)).product();
+    if total != wanted {
+        return Err(format!("the mesh has {wanted} devices, the slice {total}"));
+    }
+    // share[i][k]: the part of physical axis i that mesh axis k takes.
+    let mut share = vec![vec![1u32; mesh.len()]; physical.len()];
+    for k in (0..mesh.len()).rev() {
+        let used: Vec<u32> = share.iter().map(|row| row.iter().product()).collect();
+        let free: Vec<u32> = physical.iter().zip(&used).map(|(&p, &u)| p / u).collect();
+        let best = split_candidates(&free, mesh[k])
+            .into_iter()
+            .max_by_key(|z| split_preference(z, physical, &used))
+            .ok_or_else(|| {
+                format!(
+                    "mesh axis {k} ({}) fits in no factors of the free physical axes",
+                    mesh[k]
+                )
+            })?;
+        for (i, &z) in best.iter().enumerate() {
+            share[i][k] = z;
+        }
+    }
+    let axes = (0..mesh.len())
+        .map(|k| (0..physical.len()).filter(|&i| share[i][k] > 1).collect())
+        .collect();
+    let coords = (0..total)
+        .map(|position| split_coords(position, mesh, &share))
+        .collect();
+    Ok(MeshLayout {
+        axes,
+        coords,
+        split: true,
+    })
+}
+
+/// Physical coordinates of mesh `position` when mesh axis `k` takes
+/// `share[i][k]` of physical axis `i`.
+fn split_coords(position: u64, mesh: &[u32], share: &[Vec<u32>]) -> [u32; 4] {
+    // The index along each mesh axis (row-major, last axis fastest).
+    let mut index = vec![0u64; mesh.len()];
+    let mut rest = position;
+    for k in (0..mesh.len()).rev() {
+        index[k] = rest % u64::from(mesh[k]);
+        rest /= u64::from(mesh[k]);
+    }
+    // Mesh axis k's index in digits over its physical shares, the first
+    // physical axis most significant.
+    let mut digit = vec![vec![0u64; mesh.len()]; share.len()];
+    for k in 0..mesh.len() {
+        let mut rest = index[k];
+        for i in (0..share.len()).rev() {
+            let n = u64::from(share[i][k]);
+            digit[i][k] = rest % n;
+            rest /= n;
+        }
+    }
+    // Physical axis i's coordinate from its shares, the first mesh axis most
+    // significant.
+    let mut c = [0u32; 4];
+    for (i, row) in share.iter().enumerate() {
+        let mut v = 0u64;
+        for (k, &n) in row.iter().enumerate() {
+            v = v * u64::from(n) + digit[i][k];
+        }
+        c[i] = v as u32;
+    }
+    c
+}
+
+/// Every way to take `size` from the free physical sizes `free`: per prime
+/// factor of `size`, which axes (with their remaining multiplicity of that
+/// factor) supply it.
+fn split_candidates(free: &[u32], size: u32) -> Vec<Vec<u32>> {
+    let mut out: Vec<Vec<u32>> = vec![vec![1; free.len()]];
+    for (prime, count) in prime_powers(size) {
+        // Each axis can give `prime` as often as its free size holds it.
+        let room: Vec<u32> = free.iter().map(|&f| multiplicity(f, prime)).collect();
+        let mut next = Vec::new();
+        for z in &out {
+            distribute(prime, count, 0, &mut room.clone(), z.clone(), &mut next);
+        }
+        out = next;
+        out.sort_unstable();
+        out.dedup();
+    }
+    out
+}
+
+/// Adds to `out` every way to multiply `count` factors `prime` into `z` from
+/// axis `from` on, at most `room[i]` into axis `i`.
+fn distribute(
+    prime: u32,
+    count: u32,
+    from: usize,
+    room: &mut [u32],
+    z: Vec<u32>,
+    out: &mut Vec<Vec<u32>>,
+) {
+    if count == 0 {
+        out.push(z);
+        return;
+    }
+    for i in from..z.len() {
+        if room[i] == 0 {
+            continue;
+        }
+        room[i] -= 1;
+        let mut next = z.clone();
+        next[i] *= prime;
+        distribute(prime, count - 1, i, room, next, out);
+        room[i] += 1;
+    }
+}
+
+/// JAX's ranking of a candidate share `z` (larger is preferred): the size of
+/// the whole physical axes it takes, how many it takes, the size it takes from
+/// axes already in use, then the share vector itself.
+fn split_preference(z: &[u32], physical: &[u32], used: &[u32]) -> (u64, usize, u64, Vec<u32>) {
+    let whole = |i: usize| z[i] == physical[i];
+    let whole_size = (0..z.len())
+        .filter(|&i| whole(i))
+        .map(|i| u64::from(z[i]))
+        .product();
+    let whole_count = (0..z.len()).filter(|&i| whole(i) && z[i] > 1).count();
+    let overlap = (0..z.len())
+        .filter(|&i| used[i] > 1)
+        .map(|i| u64::from(z[i]))
+        .product();
+    (whole_size, whole_count, overlap, z.to_vec())
+}
+
+/// `n`'s prime factors with their multiplicities, smallest first.
+fn prime_powers(mut n: u32) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let mut p = 2;
+    while p * p <= n {
+        let mut count = 0;
+        while n.is_multiple_of(p) {
+            n /= p;
+            count += 1;
+        }
+        if count > 0 {
+            out.push((p, count));
+        }
+        p += 1;
+    }
+    if n > 1 {
+        out.push((n, 1));
+    }
+    out
+}
+
+/// How many times `prime` divides `n`.
+fn multiplicity(mut n: u32, prime: u32) -> u32 {
+    let mut count = 0;
+    while n > 0 && n.is_multiple_of(prime) {
+        n /= prime;
+        count += 1;
+    }
+    count
 }
 
 /// For each mesh axis, the physical axes JAX gives it.

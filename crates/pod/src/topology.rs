@@ -5,7 +5,7 @@
 //! (the first axis varies fastest). By default device id `d` sits at
 //! location `d`; a device order file can place ids anywhere.
 
-use crate::placement::{lay_mesh, physical_axes, slice_mesh, MeshLayout};
+use crate::placement::{lay_mesh, lay_mesh_splitting, physical_axes, slice_mesh, MeshLayout};
 use crate::PodError;
 use tpusim_arch::{Chip, Topology, Wraparound};
 
@@ -35,6 +35,9 @@ pub struct Pod {
     pub dcn_latency_s: f64,
     /// Location of each device id (identity when `None`).
     order: Option<Vec<u32>>,
+    /// Whether `jax.make_mesh` may split a physical axis between mesh axes
+    /// on this chip (the chip file's `jax_mesh_splits_axes`).
+    pub mesh_splits_axes: bool,
 }
 
 /// Where a device sits.
@@ -227,6 +230,13 @@ impl Pod {
             dcn_bw: chip.host.dcn_bytes_per_s_per_direction,
             dcn_latency_s: chip.host.dcn_latency_s,
             order: None,
+            mesh_splits_axes: matches!(
+                chip.ici.topology,
+                Topology::Torus {
+                    jax_mesh_splits_axes: true,
+                    ..
+                }
+            ),
         })
     }
 
@@ -322,7 +332,11 @@ impl Pod {
             )
         })?;
         let physical = physical_axes(&self.shape, self.devices_per_chip);
-        let layout = lay_mesh(&physical, &per_slice)?;
+        let layout = if self.mesh_splits_axes {
+            lay_mesh_splitting(&physical, &per_slice)?
+        } else {
+            lay_mesh(&physical, &per_slice)?
+        };
         let mut order = Vec::with_capacity(layout.coords.len() * self.slices as usize);
         for slice in 0..self.slices {
             for c in &layout.coords {

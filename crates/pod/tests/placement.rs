@@ -4,7 +4,7 @@
 //! physical coordinates, and refuse the meshes JAX refuses.
 
 use serde::Deserialize;
-use tpusim_pod::placement::lay_mesh;
+use tpusim_pod::placement::{lay_mesh, lay_mesh_splitting};
 use tpusim_pod::{Pod, PodOptions};
 
 #[derive(Deserialize)]
@@ -12,6 +12,8 @@ struct Case {
     physical: Vec<u32>,
     mesh: Vec<u32>,
     coords: Option<Vec<[u32; 3]>>,
+    /// With `allow_split_physical_axes=True` (`jax.make_mesh` on v5e).
+    split_coords: Option<Vec<[u32; 3]>>,
 }
 
 #[derive(Deserialize)]
@@ -24,22 +26,48 @@ fn cases() -> Vec<Case> {
     serde_json::from_str::<Cases>(text).unwrap().cases
 }
 
+/// Compares a layout (or a refusal) with JAX's.
+fn check(
+    label: &str,
+    want: &Option<Vec<[u32; 3]>>,
+    got: Result<tpusim_pod::placement::MeshLayout, String>,
+) {
+    match (want, got) {
+        (Some(want), Ok(layout)) => {
+            let got: Vec<[u32; 3]> = layout.coords.iter().map(|c| [c[0], c[1], c[2]]).collect();
+            assert_eq!(&got, want, "{label}");
+        }
+        (None, Err(_)) => {}
+        (Some(_), Err(e)) => panic!("{label}: JAX lays it, tpusim refuses: {e}"),
+        (None, Ok(_)) => panic!("{label}: JAX refuses it, tpusim lays it"),
+    }
+}
+
+#[test]
+fn split_meshes_land_where_jax_puts_them() {
+    let cases = cases();
+    let split_only = cases
+        .iter()
+        .filter(|c| c.coords.is_none() && c.split_coords.is_some())
+        .count();
+    assert!(split_only >= 15, "{split_only}");
+    for c in cases {
+        let label = format!("mesh {:?} on {:?}, splitting axes", c.mesh, c.physical);
+        check(
+            &label,
+            &c.split_coords,
+            lay_mesh_splitting(&c.physical, &c.mesh),
+        );
+    }
+}
+
 #[test]
 fn meshes_land_where_jax_puts_them() {
     let cases = cases();
     assert!(cases.len() >= 15);
     for c in cases {
-        let got = lay_mesh(&c.physical, &c.mesh);
         let label = format!("mesh {:?} on {:?}", c.mesh, c.physical);
-        match (&c.coords, got) {
-            (Some(want), Ok(layout)) => {
-                let got: Vec<[u32; 3]> = layout.coords.iter().map(|c| [c[0], c[1], c[2]]).collect();
-                assert_eq!(&got, want, "{label}");
-            }
-            (None, Err(_)) => {}
-            (Some(_), Err(e)) => panic!("{label}: JAX lays it, tpusim refuses: {e}"),
-            (None, Ok(_)) => panic!("{label}: JAX refuses it, tpusim lays it"),
-        }
+        check(&label, &c.coords, lay_mesh(&c.physical, &c.mesh));
     }
 }
 
@@ -104,8 +132,9 @@ proptest::proptest! {
         ..Default::default()
     })]
 
-    /// Any mesh of a slice's device count is either refused or laid as a
-    /// one-to-one map onto the slice, each mesh axis on physical axes whose
+    /// Any mesh of a slice's device count is laid as a one-to-one map onto
+    /// the slice when physical axes may be split (and the same way when
+    /// they need not be); unsplit, each mesh axis is on physical axes whose
     /// sizes multiply to its own.
     #[test]
     fn a_laid_mesh_is_a_permutation_of_the_slice(
@@ -116,8 +145,16 @@ proptest::proptest! {
         let physical = tpusim_pod::placement::physical_axes(&dims, cores);
         let n: u32 = physical.iter().product();
         let mesh = factorize(n, &picks);
-        let Ok(layout) = lay_mesh(&physical, &mesh) else {
-            return Ok(());
+        // Splitting physical axes lays every mesh of the right size.
+        let split = lay_mesh_splitting(&physical, &mesh);
+        proptest::prop_assert!(split.is_ok(), "{:?} on {:?}: {:?}", mesh, physical, split.err());
+        let layout = match (lay_mesh(&physical, &mesh), split) {
+            (Ok(plain), Ok(split)) => {
+                proptest::prop_assert_eq!(&plain, &split);
+                plain
+            }
+            (_, Ok(split)) => split,
+            (_, Err(_)) => return Ok(()),
         };
         proptest::prop_assert_eq!(layout.coords.len(), n as usize);
         let mut seen = std::collections::HashSet::new();
@@ -127,9 +164,11 @@ proptest::proptest! {
             }
             proptest::prop_assert!(seen.insert(*c), "{:?} placed twice", c);
         }
-        for (k, axes) in layout.axes.iter().enumerate() {
-            let size: u32 = axes.iter().map(|&a| physical[a]).product();
-            proptest::prop_assert_eq!(size, mesh[k], "axis {} on {:?}", k, axes);
+        if !layout.split {
+            for (k, axes) in layout.axes.iter().enumerate() {
+                let size: u32 = axes.iter().map(|&a| physical[a]).product();
+                proptest::prop_assert_eq!(size, mesh[k], "axis {} on {:?}", k, axes);
+            }
         }
     }
 }

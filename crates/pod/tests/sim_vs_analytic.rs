@@ -89,6 +89,7 @@ fn odd_ring_and_core_axis() {
         dims: 2,
         wraparound: tpusim_arch::Wraparound::Always,
         max_slice_shape: vec![16, 16],
+        jax_mesh_splits_axes: false,
     };
     let p = Pod::for_chip(&chip, &[5, 3], 1).unwrap();
     assert!(p.wraps[0]);
