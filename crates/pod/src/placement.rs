@@ -42,11 +42,7 @@ pub fn physical_axes(shape: &[u32], devices_per_chip: u32) -> Vec<u32> {
 /// Lays `mesh` on a slice with physical axes `physical`, or says why JAX
 /// would not.
 pub fn lay_mesh(physical: &[u32], mesh: &[u32]) -> Result<MeshLayout, String> {
-    let total: u64 = physical.iter().map(|&d| u64::from(d)).product();
-    let wanted: u64 = mesh.iter().map(|&d| u64::from(d)).product();
-    if total != wanted {
-        return Err(format!("the mesh has {wanted} devices, the slice {total}"));
-    }
+    let total = check_sizes(physical, mesh)?;
     let axes = assign_axes(physical, mesh)?;
     // The mesh is the physical array with its axes in assignment order,
     // reshaped row-major; physical axes no mesh axis took have size 1.
@@ -80,13 +76,9 @@ pub fn lay_mesh(physical: &[u32], mesh: &[u32]) -> Result<MeshLayout, String> {
 /// spread over the physical axes it uses (the first most significant); within
 /// a physical axis, earlier mesh axes are the more significant part.
 pub fn lay_mesh_splitting(physical: &[u32], mesh: &[u32]) -> Result<MeshLayout, String> {
+    let total = check_sizes(physical, mesh)?;
     if let Ok(layout) = lay_mesh(physical, mesh) {
         return Ok(layout);
-    }
-    let total: u64 = physical.iter().map(|&d| u64::from(d)).product();
-    let wanted: u64 = mesh.iter().map(|&d| u64::from(d)).product();
-    if total != wanted {
-        return Err(format!("the mesh has {wanted} devices, the slice {total}"));
     }
     // share[i][k]: the part of physical axis i that mesh axis k takes.
     let mut share = vec![vec![1u32; mesh.len()]; physical.len()];
@@ -244,6 +236,28 @@ fn multiplicity(mut n: u32, prime: u32) -> u32 {
         count += 1;
     }
     count
+}
+
+/// The slice's device count, when `mesh` has exactly that many devices and
+/// both are within what a pod can hold (at most four physical axes,
+/// [`tpusim_hlo::MAX_DEVICES`] devices).
+fn check_sizes(physical: &[u32], mesh: &[u32]) -> Result<u64, String> {
+    let total: u64 = physical
+        .iter()
+        .fold(1u64, |n, &d| n.saturating_mul(u64::from(d)));
+    let wanted: u64 = mesh
+        .iter()
+        .fold(1u64, |n, &d| n.saturating_mul(u64::from(d)));
+    if physical.len() > 4 || total > tpusim_hlo::MAX_DEVICES {
+        return Err(format!(
+            "a slice of {total} devices on {} axes is beyond a pod",
+            physical.len()
+        ));
+    }
+    if total != wanted {
+        return Err(format!("the mesh has {wanted} devices, the slice {total}"));
+    }
+    Ok(total)
 }
 
 /// For each mesh axis, the physical axes JAX gives it.
