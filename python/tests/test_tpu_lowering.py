@@ -123,11 +123,12 @@ def test_analyze_of_a_function_equals_analyze_of_its_lowering() -> None:
     assert by_function == by_lowered
 
 
-def test_only_functions_take_arguments_and_a_mesh() -> None:
+def test_only_functions_take_arguments_and_a_given_mesh_must_fit() -> None:
     text = "HloModule m\nENTRY e { ROOT c = f32[] constant(1) }\n"
     assert is_function(mlp) and is_function(jax.jit(mlp))
     assert not is_function(text) and not is_function(lower_for_tpu(mlp, mlp_args(pod_mesh())))
     with pytest.raises(tpusim.ArgumentError, match="chip= and topology= by keyword"):
         tpusim.analyze(text, "v5e")
-    with pytest.raises(tpusim.ArgumentError, match="Python function"):
+    # A mesh given with a program places its devices: it must have as many.
+    with pytest.raises(tpusim.ArgumentError, match="has 256 devices, the module runs on 1"):
         tpusim.analyze(text, mesh=pod_mesh())
