@@ -204,22 +204,16 @@ pub fn run(args: &Args) -> Result<bool> {
             modules
                 .iter()
                 .zip(&models)
-                .map(
-                    |(
-                        input::ForPricing {
-                            module: m, note, ..
-                        },
-                        model,
-                    )| {
-                        let comm: &dyn tpusim_perf::CommModel = match model {
-                            Some(pod) => pod,
-                            None => &LocalOnly,
-                        };
-                        let (prepared, mut a) = args.compile.analyze(m, &chip, comm, &cancel)?;
-                        a.assumptions.splice(0..0, note.iter().cloned());
-                        Ok((prepared, a))
-                    },
-                )
+                .map(|(p, model)| {
+                    let comm: &dyn tpusim_perf::CommModel = match model {
+                        Some(pod) => pod,
+                        None => &LocalOnly,
+                    };
+                    let (prepared, mut a) =
+                        args.compile.analyze(&p.module, &chip, comm, &cancel)?;
+                    a.assumptions.splice(0..0, p.note.iter().cloned());
+                    Ok((prepared, a))
+                })
                 .collect::<Result<_>>()
         })?;
     let analyses: Vec<&Analysis> = priced.iter().map(|(_, a)| a).collect();

@@ -140,6 +140,26 @@ impl DeviceList {
     }
 }
 
+/// The prime factors of `n`, smallest first, with repetition: the factor
+/// axes device meshes are split into (the partitioner's mesh, the pod's mesh
+/// placement).
+pub fn prime_factors(mut n: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut p = 2;
+    // `p <= n / p` rather than `p * p <= n`: no overflow near u32::MAX.
+    while p <= n / p {
+        while n.is_multiple_of(p) {
+            out.push(p);
+            n /= p;
+        }
+        p += 1;
+    }
+    if n > 1 {
+        out.push(n);
+    }
+    out
+}
+
 /// Expands `iota(prod(reshape))` reshaped to `reshape` and transposed by `perm`.
 pub fn iota_devices(reshape: &[i64], perm: &[i64]) -> Vec<i64> {
     let n: i64 = reshape.iter().product();

@@ -16,6 +16,8 @@
 //! Not modelled: the fixed device orders JAX uses for a few small slices (the
 //! 2x2, 2x4 and 4x4 trays of v5e/v6e, v5p's 2x2x2).
 
+use tpusim_hlo::attr::prime_factors;
+
 /// How a mesh was laid on one slice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MeshLayout {
@@ -149,8 +151,13 @@ fn split_coords(position: u64, mesh: &[u32], share: &[Vec<u32>]) -> [u32; 4] {
 /// factor of `size`, which axes (with their remaining multiplicity of that
 /// factor) supply it.
 fn split_candidates(free: &[u32], size: u32) -> Vec<Vec<u32>> {
+    let multiplicity =
+        |n: u32, prime: u32| prime_factors(n).iter().filter(|&&f| f == prime).count() as u32;
+    let mut primes = prime_factors(size);
+    primes.dedup();
     let mut out: Vec<Vec<u32>> = vec![vec![1; free.len()]];
-    for (prime, count) in prime_powers(size) {
+    for prime in primes {
+        let count = multiplicity(size, prime);
         // Each axis can give `prime` as often as its free size holds it.
         let room: Vec<u32> = free.iter().map(|&f| multiplicity(f, prime)).collect();
         let mut next = Vec::new();
@@ -205,37 +212,6 @@ fn split_preference(z: &[u32], physical: &[u32], used: &[u32]) -> (u64, usize, u
         .map(|i| u64::from(z[i]))
         .product();
     (whole_size, whole_count, overlap, z.to_vec())
-}
-
-/// `n`'s prime factors with their multiplicities, smallest first.
-fn prime_powers(mut n: u32) -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    let mut p = 2;
-    while p * p <= n {
-        let mut count = 0;
-        while n.is_multiple_of(p) {
-            n /= p;
-            count += 1;
-        }
-        if count > 0 {
-            out.push((p, count));
-        }
-        p += 1;
-    }
-    if n > 1 {
-        out.push((n, 1));
-    }
-    out
-}
-
-/// How many times `prime` divides `n`.
-fn multiplicity(mut n: u32, prime: u32) -> u32 {
-    let mut count = 0;
-    while n > 0 && n.is_multiple_of(prime) {
-        n /= prime;
-        count += 1;
-    }
-    count
 }
 
 /// The slice's device count, when `mesh` has exactly that many devices and

@@ -7,7 +7,7 @@
 //! says, per array dim, which factor axes split it (major to minor); axes it
 //! does not name replicate it; `partial` axes hold unreduced partial results.
 
-use tpusim_hlo::attr::{DeviceList, ShardingKind, SingleSharding, TileAssignment};
+use tpusim_hlo::attr::{prime_factors, DeviceList, ShardingKind, SingleSharding, TileAssignment};
 
 /// Index of a factor axis.
 pub type Axis = u8;
@@ -20,22 +20,6 @@ pub struct Mesh {
     pub n: u32,
     /// The named axes, as the module declares them (for messages and checks).
     pub named: Vec<(String, u32)>,
-}
-
-fn prime_factors(mut n: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut p = 2;
-    while p * p <= n {
-        while n.is_multiple_of(p) {
-            out.push(p);
-            n /= p;
-        }
-        p += 1;
-    }
-    if n > 1 {
-        out.push(n);
-    }
-    out
 }
 
 /// Prime factors of `n`, largest first (the major end of an axis).
