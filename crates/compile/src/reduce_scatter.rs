@@ -3,12 +3,13 @@
 //! becomes a `reduce-scatter` (XLA's ReduceScatterCreator): each device
 //! receives only its shard, so the collective moves `1/n` of the bytes.
 //!
-//! A slice separated from its all-reduce by element-wise ops and reshapes
-//! that nothing else reads (the dequantization of an int8 dot's partial
-//! sums, a convert to bf16) is first moved above them: slicing commutes with
-//! element-wise ops (their other operands are sliced alike) and with a
-//! reshape that keeps the sliced dimension whole, so the rewrite is exact and
-//! the ops then run on the shard only.
+//! A slice separated from its all-reduce by element-wise ops, transposes and
+//! reshapes that nothing else reads (the dequantization of an int8 dot's
+//! partial sums, a convert to bf16, the transpose of a weight gradient) is
+//! first moved above them: slicing commutes with element-wise ops (their
+//! other operands are sliced alike), with a transpose (on the dimension the
+//! sliced one comes from) and with a reshape that keeps the sliced dimension
+//! whole, so the rewrite is exact and the ops then run on the shard only.
 
 use crate::util::{
     all_names, control_computations, group_size, push_instr, replace_all_uses, replace_uses,
@@ -23,7 +24,7 @@ use tpusim_hlo::{Attr, AttrValue, CompId, InstrId, Instruction, Module, Opcode};
 /// How far up an offset's operands the pass looks for the device id.
 const MAX_OFFSET_DEPTH: u32 = 12;
 
-/// How many element-wise ops and reshapes a slice is moved above to reach
+/// How many element-wise ops, transposes and reshapes a slice is moved above to reach
 /// its all-reduce.
 const MAX_SINK_DEPTH: usize = 8;
 
@@ -86,9 +87,9 @@ pub fn all_reduce_to_reduce_scatter(m: &mut Module) -> Changed {
     Changed::count(rewritten, |n| {
         let moved = match (sunk, gathers) {
             (0, _) => String::new(),
-            (s, 0) => format!(" ({s} slices first moved above the element-wise ops between them)"),
+            (s, 0) => format!(" ({s} slices first moved above the ops between them)"),
             (s, g) => format!(
-                " ({s} slices first moved above the element-wise ops between them; {g} values \
+                " ({s} slices first moved above the ops between them; {g} values \
                  also read whole rebuilt by an all-gather of the narrower shard)"
             ),
         };
@@ -137,11 +138,20 @@ fn one_dim_slice(m: &Module, ds: InstrId) -> Option<OneDimSlice> {
 }
 
 /// The slice of `op`'s operand `from` that equals slicing `op`'s result with
-/// `s`, when `op` is element-wise or a reshape keeping dimension `s.dim` whole.
+/// `s`, when `op` is element-wise, a transpose (the slice moves to the
+/// operand dimension the sliced one comes from) or a reshape keeping
+/// dimension `s.dim` whole.
 fn slice_through(m: &Module, op: InstrId, from: InstrId, s: OneDimSlice) -> Option<OneDimSlice> {
     let ins = m.instr(op);
     if ins.opcode.is_elementwise() {
         return (m.instr(from).shape.dims() == ins.shape.dims()).then_some(s);
+    }
+    if ins.opcode == Opcode::Transpose {
+        let from_dim = *ins.attr_ints("dimensions")?.get(s.dim)?;
+        return Some(OneDimSlice {
+            dim: usize::try_from(from_dim).ok()?,
+            ..s
+        });
     }
     if ins.opcode != Opcode::Reshape {
         return None;
@@ -175,9 +185,6 @@ fn path_to_all_reduce(
 ) -> Option<(SinkPath, InstrId, OneDimSlice, bool)> {
     let single_use = |i: InstrId| m.comp(c).root != i && uses.get(&i).is_some_and(|u| u.len() == 1);
     let mut s = one_dim_slice(m, ds)?;
-    // Slicing the path's other operands needs a zero offset (a reshape on
-    // the way may add dimensions).
-    s.zero?;
     let mut cur = m.instr(ds).operands[0];
     let branch = !single_use(cur);
     let mut path = Vec::new();
@@ -206,7 +213,8 @@ fn reaches_all_reduce(m: &Module, id: InstrId, depth: usize) -> bool {
     let ins = m.instr(id);
     ins.opcode == Opcode::AllReduce
         || (depth > 0
-            && (ins.opcode.is_elementwise() || ins.opcode == Opcode::Reshape)
+            && (ins.opcode.is_elementwise()
+                || matches!(ins.opcode, Opcode::Reshape | Opcode::Transpose))
             && ins
                 .operands
                 .iter()
@@ -249,8 +257,28 @@ fn sink_slices_to_all_reduces(
         }
         // Every name in the module, gathered once and only when needed.
         let names = module_names.get_or_insert_with(|| all_names(m));
+        let mut added = Vec::new();
+        // Slicing the path's other operands needs a zero offset for their
+        // other dimensions (a reshape on the way may add some); a rank-1
+        // slice has none of its own.
+        let (path, top) = match top.zero {
+            Some(_) => (path, top),
+            None => {
+                let zero = zero_like(m, names, ds, top.offset);
+                added.push(zero);
+                let with_zero = |s: OneDimSlice| OneDimSlice {
+                    zero: Some(zero),
+                    ..s
+                };
+                let path = path
+                    .into_iter()
+                    .map(|(op, on_path, s)| (op, on_path, with_zero(s)))
+                    .collect();
+                (path, with_zero(top))
+            }
+        };
         let mut below = slice_instr(m, names, ds, ar, top);
-        let mut added = vec![below];
+        added.push(below);
         for &(op, on_path, s) in path.iter().rev() {
             let ins = m.instr(op).clone();
             let mut operands = Vec::with_capacity(ins.operands.len());
@@ -464,6 +492,22 @@ fn gather_instr(
     push_instr(m, ins)
 }
 
+/// A scalar zero of `offset`'s type, placed like `like`.
+fn zero_like(m: &mut Module, names: &mut NameTable, like: InstrId, offset: InstrId) -> InstrId {
+    let ins = Instruction {
+        name: names.fresh("constant.zero"),
+        opcode: Opcode::Constant,
+        shape: m.instr(offset).shape.clone(),
+        operands: Vec::new(),
+        attrs: Vec::new(),
+        parent: m.instr(like).parent,
+        parameter_number: None,
+        literal: Some(Literal::Array(LiteralData::Int(vec![0]))),
+        async_sugar: None,
+    };
+    push_instr(m, ins)
+}
+
 /// A dynamic-slice of `of` described by `s`, named and placed like `like`.
 fn slice_instr(
     m: &mut Module,
@@ -477,8 +521,8 @@ fn slice_instr(
     let shape = resized(&src.shape, s.dim, s.size);
     let sizes = shape.dims().to_vec();
     let mut operands = vec![of];
-    // Every path starts from a slice with a zero offset; only a rank-1
-    // slice, which has no other dimension to fill, lacks one.
+    // Every sunk slice has a zero offset (`zero_like` made one for a rank-1
+    // slice); the offset stands in only where no other dimension needs it.
     let zero = s.zero.unwrap_or(s.offset);
     operands.extend((0..rank).map(|d| if d == s.dim { s.offset } else { zero }));
     let l = m.instr(like);

@@ -143,6 +143,52 @@ fn all_reduce_read_beyond_its_shard_is_kept() {
     assert_eq!(all_reduce_to_reduce_scatter(&mut m), Changed::No);
 }
 
+/// A weight gradient (a dot contracting the batch, summed over the data
+/// devices) transposed and narrowed to bf16 before each device takes its
+/// FSDP shard of the weight's first dimension, as a scan's backward body
+/// stores it into the stacked gradient.
+const TRANSPOSED_GRADIENT: &str = r#"
+HloModule transposed_gradient, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[6,8] parameter(0)
+  dy = f32[6,12] parameter(1)
+  partial = f32[12,8] dot(dy, x), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ar = f32[12,8] all-reduce(partial), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  t = f32[8,12] transpose(ar), dimensions={1,0}
+  narrow = bf16[8,12] convert(t)
+  pid = u32[] partition-id()
+  table = s32[4] constant({0, 2, 4, 6})
+  off = s32[1] dynamic-slice(table, pid), dynamic_slice_sizes={1}
+  o = s32[] reshape(off)
+  zero = s32[] constant(0)
+  ROOT shard = bf16[2,12] dynamic-slice(narrow, o, zero), dynamic_slice_sizes={2,12}
+}
+"#;
+
+#[test]
+fn reduce_scatter_through_a_transpose_scatters_the_dimension_it_comes_from() {
+    let m = same_results(TRANSPOSED_GRADIENT, 4, all_reduce_to_reduce_scatter);
+    assert_eq!(count(&m, Opcode::ReduceScatter), 1);
+    assert_eq!(count(&m, Opcode::AllReduce), 0);
+    let rs = m
+        .instrs
+        .iter()
+        .find(|i| i.opcode == Opcode::ReduceScatter)
+        .expect("reduce-scatter");
+    assert_eq!(
+        rs.shape.dims(),
+        &[12, 2],
+        "the shard of the untransposed sums"
+    );
+    assert_eq!(rs.attr_ints("dimensions"), Some(&[1i64][..]));
+}
 /// A gathered activation feeding a dot along a free dimension it is not
 /// gathered on (the QKV projection of a layer with its embedding sharded).
 const GATHERED_LHS: &str = r#"

@@ -13,8 +13,11 @@ const MAX_CHAIN: usize = 16;
 
 /// The `-done`s of async collectives, in `while` bodies, whose result only
 /// updates a loop-carried buffer: through a chain of single-use element-wise
-/// ops, converts, reshapes, fusions and dynamic-update-slices (at least one
-/// update) into the body's root tuple.
+/// ops, converts, reshapes, transposes, slices, pads, fusions and
+/// dynamic-update-slices (at least one update) into the body's root tuple.
+/// These are the formatting ops XLA's pipeliner sinks with the collective
+/// (its acceptable users: slice, dynamic-slice, pad, collective-permute,
+/// convert, reshape, all-reduce, transpose); an all-to-all stops it.
 pub(crate) fn pipelined_dones(m: &Module, is_done: impl Fn(Opcode) -> bool) -> HashSet<InstrId> {
     let bodies: HashSet<CompId> = m
         .comps
@@ -67,6 +70,10 @@ fn updates_carried_buffer(
             || matches!(
                 op,
                 Opcode::Reshape
+                    | Opcode::Transpose
+                    | Opcode::Slice
+                    | Opcode::DynamicSlice
+                    | Opcode::Pad
                     | Opcode::Bitcast
                     | Opcode::Copy
                     | Opcode::GetTupleElement

@@ -54,6 +54,9 @@ pub struct Partitioner<'m> {
     /// leaf (its get-tuple-element) or a scatter's result, or an elementwise
     /// op over one: output id -> (source `while` or `scatter`, leaf).
     loop_result: FxHashMap<InstrId, (InstrId, usize)>,
+    /// For such a value reached through transposes: dimension `k` of the
+    /// value is dimension `perm[k]` of its origin (absent: the same dims).
+    origin_perm: FxHashMap<InstrId, Vec<usize>>,
     /// The first tiling some later op asked of such a value: XLA's backward
     /// propagation carries it into the loop, or into the scatter's rows.
     pub wanted_after_loop: FxHashMap<(InstrId, usize), Sh>,
@@ -91,6 +94,7 @@ impl<'m> Partitioner<'m> {
             expanded: FxHashMap::default(),
             while_of: FxHashMap::default(),
             loop_result: FxHashMap::default(),
+            origin_perm: FxHashMap::default(),
             wanted_after_loop: FxHashMap::default(),
             loop_hints: FxHashMap::default(),
             cancel: tpusim_hlo::Cancel::default(),
@@ -300,9 +304,11 @@ impl<'m> Partitioner<'m> {
         }
         if let Some(&origin) = self.loop_result.get(&v.id) {
             if v.sh[0].total_tiles(&self.out.mesh) < to.total_tiles(&self.out.mesh) {
-                self.wanted_after_loop
-                    .entry(origin)
-                    .or_insert_with(|| to.clone());
+                let at_origin = match self.origin_perm.get(&v.id) {
+                    Some(perm) => untransposed(to, perm),
+                    None => to.clone(),
+                };
+                self.wanted_after_loop.entry(origin).or_insert(at_origin);
             }
         }
         if v.sh[0] != *to && to.partial.is_empty() {
@@ -680,16 +686,45 @@ impl<'m> Partitioner<'m> {
                     self.loop_result.insert(v.id, origin);
                 }
             }
+            // A gradient transposed before it is stored (into a stacked
+            // buffer, a loop's state) asks its tiling of the dot through
+            // the permutation.
+            Opcode::Transpose if v.sh.len() == 1 => {
+                let Some(from) = ops.first() else { return };
+                let Some(&origin) = self.loop_result.get(&from.id) else {
+                    return;
+                };
+                let before = self.origin_perm.get(&from.id);
+                let perm: Option<Vec<usize>> = ins.attr_ints("dimensions").and_then(|t| {
+                    t.iter()
+                        .map(|&k| {
+                            let k = usize::try_from(k).ok()?;
+                            before.map_or(Some(k), |p| p.get(k).copied())
+                        })
+                        .collect()
+                });
+                if let Some(perm) = perm {
+                    self.loop_result.insert(v.id, origin);
+                    self.origin_perm.insert(v.id, perm);
+                }
+            }
             op if (op.is_elementwise() && op != Opcode::Map) && v.sh.len() == 1 => {
                 let dims = ins.shape.dims();
-                let origin = ins.operands.iter().zip(ops).find_map(|(&o, val)| {
+                let from = ins.operands.iter().zip(ops).find_map(|(&o, val)| {
                     let same = val.sh.len() == 1 && val.sh[0].without_partial() == v.sh[0];
                     (self.src.instr(o).shape.dims() == dims && same)
-                        .then(|| self.loop_result.get(&val.id).copied())
+                        .then(|| {
+                            self.loop_result
+                                .get(&val.id)
+                                .map(|&origin| (origin, val.id))
+                        })
                         .flatten()
                 });
-                if let Some(origin) = origin {
+                if let Some((origin, from)) = from {
                     self.loop_result.insert(v.id, origin);
+                    if let Some(perm) = self.origin_perm.get(&from).cloned() {
+                        self.origin_perm.insert(v.id, perm);
+                    }
                 }
             }
             _ => {}
@@ -2050,6 +2085,18 @@ impl DotDims<'_> {
 }
 
 /// The leading axes of `axes` not in `used`.
+/// The tiling of a transpose's source that `to` (a tiling of the
+/// transpose, whose dimension `k` is the source's `perm[k]`) comes from.
+fn untransposed(to: &Sh, perm: &[usize]) -> Sh {
+    let mut at = Sh::replicated(to.rank());
+    for (k, &from) in perm.iter().enumerate() {
+        if let (Some(slot), Some(axes)) = (at.dims.get_mut(from), to.dims.get(k)) {
+            *slot = axes.clone();
+        }
+    }
+    at
+}
+
 fn take_free(axes: &[Axis], used: &[Axis]) -> Vec<Axis> {
     axes.iter()
         .take_while(|a| !used.contains(a))
