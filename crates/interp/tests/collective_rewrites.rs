@@ -116,15 +116,21 @@ ENTRY main {
 #[test]
 fn reduce_scatter_through_dequantization_computes_the_same_shard() {
     let m = same_results(DEQUANTIZED_SHARD, 4, all_reduce_to_reduce_scatter);
-    assert_eq!(count(&m, Opcode::ReduceScatter), 1);
-    assert_eq!(count(&m, Opcode::AllReduce), 0);
+    assert_one_reduce_scatter(&m, &[8, 4], 1);
+}
+
+/// `m` has one reduce-scatter, of dims `dims` along `dimension`, and no
+/// all-reduce left.
+fn assert_one_reduce_scatter(m: &Module, dims: &[i64], dimension: i64) {
+    assert_eq!(count(m, Opcode::ReduceScatter), 1);
+    assert_eq!(count(m, Opcode::AllReduce), 0);
     let rs = m
         .instrs
         .iter()
         .find(|i| i.opcode == Opcode::ReduceScatter)
         .expect("reduce-scatter");
-    assert_eq!(rs.shape.dims(), &[8, 4], "the shard of the partial sums");
-    assert_eq!(rs.attr_ints("dimensions"), Some(&[1i64][..]));
+    assert_eq!(rs.shape.dims(), dims, "the shard of the partial sums");
+    assert_eq!(rs.attr_ints("dimensions"), Some(&[dimension][..]));
 }
 
 #[test]
@@ -175,19 +181,8 @@ ENTRY main {
 #[test]
 fn reduce_scatter_through_a_transpose_scatters_the_dimension_it_comes_from() {
     let m = same_results(TRANSPOSED_GRADIENT, 4, all_reduce_to_reduce_scatter);
-    assert_eq!(count(&m, Opcode::ReduceScatter), 1);
-    assert_eq!(count(&m, Opcode::AllReduce), 0);
-    let rs = m
-        .instrs
-        .iter()
-        .find(|i| i.opcode == Opcode::ReduceScatter)
-        .expect("reduce-scatter");
-    assert_eq!(
-        rs.shape.dims(),
-        &[12, 2],
-        "the shard of the untransposed sums"
-    );
-    assert_eq!(rs.attr_ints("dimensions"), Some(&[1i64][..]));
+    // The shard of the untransposed sums.
+    assert_one_reduce_scatter(&m, &[12, 2], 1);
 }
 /// A gathered activation feeding a dot along a free dimension it is not
 /// gathered on (the QKV projection of a layer with its embedding sharded).
