@@ -54,9 +54,9 @@ pub struct Partitioner<'m> {
     /// leaf (its get-tuple-element) or a scatter's result, or an elementwise
     /// op over one: output id -> (source `while` or `scatter`, leaf).
     loop_result: FxHashMap<InstrId, (InstrId, usize)>,
-    /// For such a value reached through transposes: dimension `k` of the
-    /// value is dimension `perm[k]` of its origin (absent: the same dims).
-    origin_perm: FxHashMap<InstrId, Vec<usize>>,
+    /// For such a value reached through transposes and reshapes, those
+    /// ops from its origin on (absent: the origin's dims).
+    origin_steps: FxHashMap<InstrId, Vec<ShapeStep>>,
     /// The first tiling some later op asked of such a value: XLA's backward
     /// propagation carries it into the loop, or into the scatter's rows.
     pub wanted_after_loop: FxHashMap<(InstrId, usize), Sh>,
@@ -94,7 +94,7 @@ impl<'m> Partitioner<'m> {
             expanded: FxHashMap::default(),
             while_of: FxHashMap::default(),
             loop_result: FxHashMap::default(),
-            origin_perm: FxHashMap::default(),
+            origin_steps: FxHashMap::default(),
             wanted_after_loop: FxHashMap::default(),
             loop_hints: FxHashMap::default(),
             cancel: tpusim_hlo::Cancel::default(),
@@ -304,11 +304,13 @@ impl<'m> Partitioner<'m> {
         }
         if let Some(&origin) = self.loop_result.get(&v.id) {
             if v.sh[0].total_tiles(&self.out.mesh) < to.total_tiles(&self.out.mesh) {
-                let at_origin = match self.origin_perm.get(&v.id) {
-                    Some(perm) => untransposed(to, perm),
-                    None => to.clone(),
+                let at_origin = match self.origin_steps.get(&v.id) {
+                    Some(steps) => undone(steps, to, &self.out.mesh),
+                    None => Some(to.clone()),
                 };
-                self.wanted_after_loop.entry(origin).or_insert(at_origin);
+                if let Some(at_origin) = at_origin {
+                    self.wanted_after_loop.entry(origin).or_insert(at_origin);
+                }
             }
         }
         if v.sh[0] != *to && to.partial.is_empty() {
@@ -686,26 +688,29 @@ impl<'m> Partitioner<'m> {
                     self.loop_result.insert(v.id, origin);
                 }
             }
-            // A gradient transposed before it is stored (into a stacked
-            // buffer, a loop's state) asks its tiling of the dot through
-            // the permutation.
-            Opcode::Transpose if v.sh.len() == 1 => {
+            // A gradient transposed or reshaped before it is stored (into a
+            // stacked buffer, a loop's state) asks its tiling of the dot
+            // through those ops.
+            Opcode::Transpose | Opcode::Reshape if v.sh.len() == 1 => {
                 let Some(from) = ops.first() else { return };
                 let Some(&origin) = self.loop_result.get(&from.id) else {
                     return;
                 };
-                let before = self.origin_perm.get(&from.id);
-                let perm: Option<Vec<usize>> = ins.attr_ints("dimensions").and_then(|t| {
-                    t.iter()
-                        .map(|&k| {
-                            let k = usize::try_from(k).ok()?;
-                            before.map_or(Some(k), |p| p.get(k).copied())
-                        })
-                        .collect()
-                });
-                if let Some(perm) = perm {
+                let step = match ins.opcode {
+                    Opcode::Transpose => ins
+                        .attr_ints("dimensions")
+                        .and_then(|t| t.iter().map(|&k| usize::try_from(k).ok()).collect())
+                        .map(ShapeStep::Transpose),
+                    _ => Some(ShapeStep::Reshape {
+                        from: self.src.instr(ins.operands[0]).shape.dims().to_vec(),
+                        to: ins.shape.dims().to_vec(),
+                    }),
+                };
+                let mut steps = self.origin_steps.get(&from.id).cloned().unwrap_or_default();
+                if let Some(step) = step.filter(|_| steps.len() < MAX_ORIGIN_STEPS) {
+                    steps.push(step);
                     self.loop_result.insert(v.id, origin);
-                    self.origin_perm.insert(v.id, perm);
+                    self.origin_steps.insert(v.id, steps);
                 }
             }
             op if (op.is_elementwise() && op != Opcode::Map) && v.sh.len() == 1 => {
@@ -722,8 +727,8 @@ impl<'m> Partitioner<'m> {
                 });
                 if let Some((origin, from)) = from {
                     self.loop_result.insert(v.id, origin);
-                    if let Some(perm) = self.origin_perm.get(&from).cloned() {
-                        self.origin_perm.insert(v.id, perm);
+                    if let Some(steps) = self.origin_steps.get(&from).cloned() {
+                        self.origin_steps.insert(v.id, steps);
                     }
                 }
             }
@@ -791,13 +796,15 @@ impl<'m> Partitioner<'m> {
             }
             Reshape | Bitcast => self.reshape(cb, ins, ops),
             Dot => {
-                let v = self.dot(cb, ins, ops)?;
-                // Partial sums whose (element-wise) users asked for a tiling
-                // in an earlier round are reduced straight into it (a
-                // weight gradient: reduce-scatter over the axes that tile
-                // it, all-reduce over the rest), as XLA's dot emits them
-                // for the sharding propagated back from the optimizer.
-                match self.loop_hints.get(&(i, 0)).cloned() {
+                // Partial sums whose users asked for a tiling in an earlier
+                // round are reduced straight into it (a weight gradient:
+                // reduce-scatter over the axes that tile it, all-reduce over
+                // the rest), as XLA's dot emits them for the sharding
+                // propagated back from the optimizer; the dot picks its
+                // operand tilings knowing it.
+                let hint = self.loop_hints.get(&(i, 0)).cloned();
+                let v = self.dot(cb, ins, ops, hint.as_ref())?;
+                match hint {
                     Some(hint) if v.sh.len() == 1 && !v.sh[0].partial.is_empty() => {
                         self.reshard_val(cb, &v, &ins.shape, &[hint])
                     }
@@ -1074,7 +1081,13 @@ impl<'m> Partitioner<'m> {
         self.local_op(cb, &ins2, vec![x], out_sh, ins.attrs.clone())
     }
 
-    fn dot(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {
+    fn dot(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+        asked: Option<&Sh>,
+    ) -> Result<Val, SpmdError> {
         let get = |n: &str| {
             ins.attr_ints(n)
                 .unwrap_or(&[])
@@ -1126,9 +1139,14 @@ impl<'m> Partitioner<'m> {
         };
         let cost = |(l, r): &(Sh, Sh)| {
             let out = dot_result(&dims, l, r, ins.shape.rank());
+            let (g, elem) = (ins.shape.dims(), ty_bytes(&ins.shape));
+            let result = match asked {
+                Some(to) if to.rank() == out.rank() => reduce_into_bytes(&mesh, g, elem, &out, to),
+                _ => partial_bytes(&mesh, g, elem, &out),
+            };
             reshard_bytes(&mesh, lg.dims(), ty_bytes(&lg), &ls, l)
                 + reshard_bytes(&mesh, rg.dims(), ty_bytes(&rg), &rs, r)
-                + partial_bytes(&mesh, ins.shape.dims(), ty_bytes(&ins.shape), &out)
+                + result
         };
         let (lcs, rcs) = candidates
             .iter()
@@ -2085,16 +2103,39 @@ impl DotDims<'_> {
 }
 
 /// The leading axes of `axes` not in `used`.
-/// The tiling of a transpose's source that `to` (a tiling of the
-/// transpose, whose dimension `k` is the source's `perm[k]`) comes from.
-fn untransposed(to: &Sh, perm: &[usize]) -> Sh {
-    let mut at = Sh::replicated(to.rank());
-    for (k, &from) in perm.iter().enumerate() {
-        if let (Some(slot), Some(axes)) = (at.dims.get_mut(from), to.dims.get(k)) {
-            *slot = axes.clone();
-        }
+/// How many transposes and reshapes a tiling asked of a value is carried
+/// back through to the value's origin.
+const MAX_ORIGIN_STEPS: usize = 8;
+
+/// A shape op between a loop result, scatter or dot and a value computed
+/// from it.
+#[derive(Clone, Debug)]
+enum ShapeStep {
+    /// Dimension `k` of the result is dimension `perm[k]` of the operand.
+    Transpose(Vec<usize>),
+    Reshape {
+        from: Vec<i64>,
+        to: Vec<i64>,
+    },
+}
+
+/// The tiling of the origin that `to`, a tiling of the value `steps` lead
+/// to, comes from; `None` when a reshape does not carry it back.
+fn undone(steps: &[ShapeStep], to: &Sh, mesh: &crate::mesh::Mesh) -> Option<Sh> {
+    let mut at = to.without_partial();
+    for step in steps.iter().rev() {
+        at = match step {
+            ShapeStep::Transpose(perm) => {
+                let mut before = Sh::replicated(at.rank());
+                for (k, &from) in perm.iter().enumerate() {
+                    *before.dims.get_mut(from)? = at.dims.get(k)?.clone();
+                }
+                before
+            }
+            ShapeStep::Reshape { from, to } => reshape_sharding(to, from, &at, mesh)?,
+        };
     }
-    at
+    Some(at)
 }
 
 fn take_free(axes: &[Axis], used: &[Axis]) -> Vec<Axis> {
@@ -2266,6 +2307,41 @@ fn partial_bytes(mesh: &crate::mesh::Mesh, g: &[i64], elem: f64, out: &Sh) -> f6
     }
     let local: f64 = out.local_dims(mesh, g).iter().map(|&x| x as f64).product();
     2.0 * local * elem * (1.0 - 1.0 / p)
+}
+
+/// Bytes per device taking a partial result `out` to the tiling `to`, as
+/// `Out::reshard` does it: a reduce-scatter over the partial axes that tile
+/// a dim of `to` right after `out`'s own tiling of it, an all-reduce of the
+/// shard over the other partial axes, then the reshard of what differs.
+fn reduce_into_bytes(mesh: &crate::mesh::Mesh, g: &[i64], elem: f64, out: &Sh, to: &Sh) -> f64 {
+    let mut after = out.without_partial();
+    let mut scattered: Vec<Axis> = Vec::new();
+    for (d, &size) in g.iter().enumerate() {
+        let Some(extra) = to.dims[d].strip_prefix(&out.dims[d][..]) else {
+            continue;
+        };
+        let fits = !extra.is_empty()
+            && extra
+                .iter()
+                .all(|a| out.partial.contains(a) && !scattered.contains(a))
+            && size % i64::from(mesh.count(&to.dims[d])) == 0;
+        if fits {
+            scattered.extend(extra);
+            after.dims[d] = to.dims[d].clone();
+        }
+    }
+    let rest: Vec<Axis> = out
+        .partial
+        .iter()
+        .filter(|a| !scattered.contains(a))
+        .copied()
+        .collect();
+    let local: f64 = out.local_dims(mesh, g).iter().map(|&x| x as f64).product();
+    let ps = f64::from(mesh.count(&scattered));
+    let pr = f64::from(mesh.count(&rest));
+    local * elem * (1.0 - 1.0 / ps)
+        + 2.0 * local / ps * elem * (1.0 - 1.0 / pr)
+        + reshard_bytes(mesh, g, elem, &after, to)
 }
 
 /// Reshape's output sharding for operand sharding `s`, when every tiled input

@@ -331,3 +331,56 @@ ENTRY e {
     );
     assert_eq!(shapes_of(&m, Opcode::Scatter), vec![vec![4, 7, 4]]);
 }
+
+#[test]
+fn a_reshaped_gradient_is_reduce_scattered_at_its_dot() {
+    // GPT-3's q/k/v weight gradients: the dot's partial sums (tokens tiled
+    // by the minor axis) are reshaped to [embed, heads, head_dim] before
+    // they are stored tiled by both axes. The tiling asked is carried back
+    // through the reshape, and the dot keeps the rhs's tiling of the free
+    // dim that tiling wants (gathering the lhs instead), so its sums are
+    // reduce-scattered straight into it, as XLA's partitioner does: no
+    // all-reduce of the whole result and no all-to-all after it.
+    let text = r#"HloModule reshaped_grad, num_partitions=8
+ENTRY e {
+  l = f32[16,64] parameter(0), sharding={devices=[2,4]<=[8]}
+  r = f32[64,16] parameter(1), sharding={devices=[4,2]<=[2,4]T(1,0)}
+  d = f32[16,16] dot(l, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  s = f32[16,4,4] reshape(d)
+  ROOT o = f32[16,4,4] negate(s), sharding={devices=[4,2,1]<=[2,4]T(1,0)}
+}
+"#;
+    let m = partitioned(text);
+    assert_eq!(shapes_of(&m, Opcode::AllReduce), Vec::<Vec<i64>>::new());
+    assert_eq!(shapes_of(&m, Opcode::AllToAll), Vec::<Vec<i64>>::new());
+    assert_eq!(shapes_of(&m, Opcode::ReduceScatter), vec![vec![4, 8]]);
+    assert_eq!(shapes_of(&m, Opcode::Negate), vec![vec![4, 2, 4]]);
+    // The same numbers as the module run whole on one device.
+    let one = text.replace(", num_partitions=8", "");
+    let pre = tpusim_hlo::parse_module(&one).expect("test module parses");
+    let args: Vec<tpusim_interp::Value> = pre
+        .entry_parameter_shapes()
+        .iter()
+        .enumerate()
+        .map(|(p, s)| {
+            let dims: Vec<usize> = s.dims().iter().map(|&x| x as usize).collect();
+            let n: usize = dims.iter().product();
+            let v: Vec<f64> = (0..n)
+                .map(|i| ((i * 7 + p * 3) % 11) as f64 - 5.0)
+                .collect();
+            tpusim_interp::Value::Array(tpusim_interp::Array::from_f64s(
+                tpusim_hlo::PrimitiveType::F32,
+                dims,
+                &v,
+            ))
+        })
+        .collect();
+    let want = tpusim_interp::execute(&pre, args.clone()).expect("runs whole");
+    let opts = tpusim_interp::GlobalRun {
+        output_dims: Some(vec![vec![16, 4, 4]]),
+        ..Default::default()
+    };
+    let got = tpusim_interp::run_global(&m, args, &opts).expect("runs partitioned");
+    let values = |v: &[tpusim_interp::Value]| v[0].as_array().expect("array").to_f64s();
+    assert_eq!(values(&got), values(&want));
+}
