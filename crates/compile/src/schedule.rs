@@ -11,9 +11,13 @@
 //! - of the starts that may issue, the one whose result the program needs
 //!   first goes first.
 //!
-//! Compute keeps its original relative order; a `-done` is placed when the
-//! original order reaches its first user, or earlier when its transfer is
-//! over and another collective of its kind is waiting for the slot.
+//! Compute runs in its original relative order where it can; a `-done` is
+//! placed when the original order reaches its first user, or earlier when
+//! its transfer is over and another collective of its kind is waiting for
+//! the slot. A `-done` whose transfer is still running when its user comes
+//! waits while ready compute from later in the order fits in memory and
+//! fills the stall (XLA's scheduler moves independent work between a
+//! collective's start and done the same way).
 
 use crate::util::{control_computations, predecessors};
 use crate::Changed;
@@ -350,18 +354,23 @@ fn pick(
             .map_or(0.0, |x| x.1)
     };
     // 2. A done the original order needs now, or whose transfer is over while
-    //    a start of its kind waits for the slot.
+    //    a start of its kind waits for the slot. A done needed now whose
+    //    transfer is still running waits while independent compute (ready,
+    //    later in the original order) fits in memory and fills the stall, as
+    //    XLA's scheduler moves it between a collective's start and done.
     let waiting = |f: usize| {
         starts
             .iter()
             .any(|&Reverse(s)| nodes[s].role == Role::Start(f))
     };
+    let can_fill = next_compute.is_some_and(fits);
     let due = dones.iter().position(|&d| {
         let Role::Done(f) = nodes[d].role else {
             return false;
         };
-        next_compute.is_none_or(|c| nodes[d].needed_at <= c)
-            || (finish(d) <= st.clock && waiting(f))
+        let over = finish(d) <= st.clock;
+        let needed_now = next_compute.is_none_or(|c| nodes[d].needed_at <= c);
+        (needed_now && (over || !can_fill)) || (over && waiting(f))
     });
     if let Some(i) = due {
         return Some(dones.swap_remove(i));

@@ -481,6 +481,70 @@ ENTRY main {
     assert!(at[0] < at[1], "{at:?}\n{}", tpusim_hlo::print_module(&m));
 }
 
+/// Every all-reduce takes 1 ms on the interconnect.
+struct SlowAllReduce;
+
+impl tpusim_perf::CommModel for SlowAllReduce {
+    fn cost(&self, m: &Module, id: tpusim_hlo::InstrId) -> Option<tpusim_perf::CommCost> {
+        matches!(m.instr(id).opcode, Opcode::AllReduceStart).then(|| tpusim_perf::CommCost {
+            time_s: 1e-3,
+            ..Default::default()
+        })
+    }
+}
+
+#[test]
+fn independent_compute_later_in_the_program_fills_a_collectives_wait() {
+    // `use` needs the all-reduce right after it starts; `d`, later in the
+    // text and independent of it, runs between the start and the done (as
+    // XLA's scheduler places it), not after the done.
+    let text = r#"
+HloModule s, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[512,512] parameter(0)
+  w = f32[512,512] parameter(1)
+  start = f32[512,512] all-reduce-start(p), channel_id=1, replica_groups={{0,1,2,3}}, to_apply=add
+  done = f32[512,512] all-reduce-done(start)
+  use = f32[512,512] exponential(done)
+  d = f32[512,512] dot(w, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT s = f32[512,512] add(use, d)
+}
+"#;
+    let limits = SchedulerLimits {
+        overlap_limit: 1,
+        memory_limit_bytes: 1 << 40,
+    };
+    let chip = v5e();
+    let mut m = parse(text);
+    checked(&mut m, |m| {
+        latency_hiding_schedule(m, &chip, &SlowAllReduce, &limits)
+    });
+    let at = positions(&m, "main", &["start", "d", "done"]);
+    assert!(
+        at[0] < at[1] && at[1] < at[2],
+        "{at:?}\n{}",
+        tpusim_hlo::print_module(&m)
+    );
+    // Without memory for the dot's result, the done keeps its place.
+    let tight = SchedulerLimits {
+        memory_limit_bytes: 3 * 512 * 512 * 2,
+        ..limits
+    };
+    let mut m = parse(text);
+    checked(&mut m, |m| {
+        latency_hiding_schedule(m, &chip, &SlowAllReduce, &tight)
+    });
+    let at = positions(&m, "main", &["done", "d"]);
+    assert!(at[0] < at[1], "{at:?}\n{}", tpusim_hlo::print_module(&m));
+}
+
 /// A loop whose body could prefetch a 2 MiB all-gather before its compute,
 /// called while the entry holds `held` (3 MiB) live across the loop.
 const LOOP_WITH_PREFETCH: &str = r#"
