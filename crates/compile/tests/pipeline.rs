@@ -441,14 +441,17 @@ fn positions(m: &Module, comp: &str, names: &[&str]) -> Vec<usize> {
 }
 
 fn schedule(m: &mut Module, memory_limit_bytes: u64) {
+    schedule_with(m, &LocalOnly, memory_limit_bytes);
+}
+
+/// The latency-hiding scheduler on v5e, one collective of a kind in flight.
+fn schedule_with(m: &mut Module, comm: &dyn tpusim_perf::CommModel, memory_limit_bytes: u64) {
     let limits = SchedulerLimits {
         overlap_limit: 1,
         memory_limit_bytes,
     };
     let chip = v5e();
-    checked(m, |m| {
-        latency_hiding_schedule(m, &chip, &LocalOnly, &limits)
-    });
+    checked(m, |m| latency_hiding_schedule(m, &chip, comm, &limits));
 }
 
 #[test]
@@ -517,15 +520,8 @@ ENTRY main {
   ROOT s = f32[512,512] add(use, d)
 }
 "#;
-    let limits = SchedulerLimits {
-        overlap_limit: 1,
-        memory_limit_bytes: 1 << 40,
-    };
-    let chip = v5e();
     let mut m = parse(text);
-    checked(&mut m, |m| {
-        latency_hiding_schedule(m, &chip, &SlowAllReduce, &limits)
-    });
+    schedule_with(&mut m, &SlowAllReduce, 1 << 40);
     let at = positions(&m, "main", &["start", "d", "done"]);
     assert!(
         at[0] < at[1] && at[1] < at[2],
@@ -533,14 +529,8 @@ ENTRY main {
         tpusim_hlo::print_module(&m)
     );
     // Without memory for the dot's result, the done keeps its place.
-    let tight = SchedulerLimits {
-        memory_limit_bytes: 3 * 512 * 512 * 2,
-        ..limits
-    };
     let mut m = parse(text);
-    checked(&mut m, |m| {
-        latency_hiding_schedule(m, &chip, &SlowAllReduce, &tight)
-    });
+    schedule_with(&mut m, &SlowAllReduce, 3 * 512 * 512 * 2);
     let at = positions(&m, "main", &["done", "d"]);
     assert!(at[0] < at[1], "{at:?}\n{}", tpusim_hlo::print_module(&m));
 }
