@@ -51,8 +51,9 @@ pub struct Partitioner<'m> {
     /// Emitted `while`s: output id -> the source `while`.
     while_of: FxHashMap<InstrId, InstrId>,
     /// Untiled values whose tiling a second round may choose: a loop's result
-    /// leaf (its get-tuple-element) or a scatter's result, or an elementwise
-    /// op over one: output id -> (source `while` or `scatter`, leaf).
+    /// leaf (its get-tuple-element), a scatter's result or a dot's partial
+    /// sums, or an elementwise op, transpose or reshape over one: output id
+    /// -> (source `while`, `scatter` or `dot`, leaf).
     loop_result: FxHashMap<InstrId, (InstrId, usize)>,
     /// For such a value reached through transposes and reshapes, those
     /// ops from its origin on (absent: the origin's dims).
@@ -2102,7 +2103,6 @@ impl DotDims<'_> {
     }
 }
 
-/// The leading axes of `axes` not in `used`.
 /// How many transposes and reshapes a tiling asked of a value is carried
 /// back through to the value's origin.
 const MAX_ORIGIN_STEPS: usize = 8;
@@ -2138,6 +2138,7 @@ fn undone(steps: &[ShapeStep], to: &Sh, mesh: &crate::mesh::Mesh) -> Option<Sh> 
     Some(at)
 }
 
+/// The leading axes of `axes` not in `used`.
 fn take_free(axes: &[Axis], used: &[Axis]) -> Vec<Axis> {
     axes.iter()
         .take_while(|a| !used.contains(a))
