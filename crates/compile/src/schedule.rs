@@ -102,7 +102,12 @@ enum Role {
     Done(usize),
 }
 
-fn family(op: Opcode) -> Option<(bool, usize)> {
+/// Whether `id` starts or ends an async collective, and its kind: XLA's
+/// scheduler gives each kind its own resource (all-reduce, all-gather,
+/// collective-permute, and, behind `async-start`, reduce-scatter, all-to-all
+/// and any other wrapped op).
+fn family(m: &Module, id: InstrId) -> Option<(bool, usize)> {
+    let op = m.instr(id).opcode;
     Some(match op {
         Opcode::AllReduceStart => (true, 0),
         Opcode::AllReduceDone => (false, 0),
@@ -110,13 +115,19 @@ fn family(op: Opcode) -> Option<(bool, usize)> {
         Opcode::AllGatherDone => (false, 1),
         Opcode::CollectivePermuteStart => (true, 2),
         Opcode::CollectivePermuteDone => (false, 2),
-        Opcode::AsyncStart => (true, 3),
-        Opcode::AsyncDone => (false, 3),
+        Opcode::AsyncStart | Opcode::AsyncDone => {
+            let kind = match m.async_wrapped_opcode(id) {
+                Some(Opcode::ReduceScatter) => 3,
+                Some(Opcode::AllToAll) => 4,
+                _ => 5,
+            };
+            (op == Opcode::AsyncStart, kind)
+        }
         _ => return None,
     })
 }
 
-const FAMILIES: usize = 4;
+const FAMILIES: usize = 6;
 
 struct Node {
     id: InstrId,
@@ -151,7 +162,7 @@ fn build(m: &Module, c: CompId, chip: &Chip, comm: &dyn CommModel) -> Vec<Node> 
         .iter()
         .map(|&id| {
             let ins = m.instr(id);
-            let role = match family(ins.opcode) {
+            let role = match family(m, id) {
                 Some((true, f)) => Role::Start(f),
                 Some((false, f)) => Role::Done(f),
                 None => Role::Compute,

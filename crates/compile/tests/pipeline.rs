@@ -535,6 +535,64 @@ ENTRY main {
     assert!(at[0] < at[1], "{at:?}\n{}", tpusim_hlo::print_module(&m));
 }
 
+/// Every async collective takes 1 ms on the interconnect.
+struct SlowAsync;
+
+impl tpusim_perf::CommModel for SlowAsync {
+    fn cost(&self, m: &Module, id: tpusim_hlo::InstrId) -> Option<tpusim_perf::CommCost> {
+        matches!(m.instr(id).opcode, Opcode::AsyncStart).then(|| tpusim_perf::CommCost {
+            time_s: 1e-3,
+            ..Default::default()
+        })
+    }
+}
+
+#[test]
+fn a_reduce_scatter_and_an_all_to_all_are_in_flight_together() {
+    // XLA's scheduler gives each collective kind its own resource: both
+    // start before either is waited for, though both are `async-start`s.
+    let text = r#"
+HloModule s, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[512,512] parameter(0)
+  q = f32[512,512] parameter(1)
+  rs = f32[128,512] reduce-scatter(p), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=add
+  a2a = f32[512,512] all-to-all(q), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0}
+  e = f32[128,512] exponential(rs)
+  f = f32[512,512] exponential(a2a)
+  ROOT t = (f32[128,512], f32[512,512]) tuple(e, f)
+}
+"#;
+    let mut m = parse(text);
+    checked(&mut m, convert_async_collectives);
+    schedule_with(&mut m, &SlowAsync, 1 << 40);
+    let kinds: Vec<Opcode> = m
+        .entry()
+        .instrs
+        .iter()
+        .map(|&i| m.instr(i).opcode)
+        .filter(|op| matches!(op, Opcode::AsyncStart | Opcode::AsyncDone))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            Opcode::AsyncStart,
+            Opcode::AsyncStart,
+            Opcode::AsyncDone,
+            Opcode::AsyncDone
+        ],
+        "{}",
+        tpusim_hlo::print_module(&m)
+    );
+}
+
 /// A loop whose body could prefetch a 2 MiB all-gather before its compute,
 /// called while the entry holds `held` (3 MiB) live across the loop.
 const LOOP_WITH_PREFETCH: &str = r#"

@@ -227,6 +227,25 @@ impl Module {
     pub fn operand_shape(&self, id: InstrId, i: usize) -> &Shape {
         &self.instr(self.instr(id).operands[i]).shape
     }
+    /// The computation an async chain (`async-start`, `-update`, `-done`)
+    /// wraps: its start's `calls`, reached through the chain's operands.
+    pub fn async_callee(&self, id: InstrId) -> Option<CompId> {
+        let mut cur = id;
+        // Each step moves to an operand, so the walk ends within the module.
+        for _ in 0..=self.instrs.len() {
+            let ins = self.instr(cur);
+            if let Some(c) = ins.attr_comp("calls") {
+                return Some(c);
+            }
+            cur = *ins.operands.first()?;
+        }
+        None
+    }
+    /// The op an async chain carries out: the root of the computation it wraps.
+    pub fn async_wrapped_opcode(&self, id: InstrId) -> Option<Opcode> {
+        self.async_callee(id)
+            .map(|c| self.instr(self.comp(c).root).opcode)
+    }
     /// `num_partitions * replica_count` (1 when neither is set); saturates
     /// instead of overflowing (the verifier bounds it by [`MAX_DEVICES`]).
     pub fn device_count(&self) -> i64 {

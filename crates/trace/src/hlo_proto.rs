@@ -126,28 +126,9 @@ fn called(m: &Module, id: InstrId) -> Vec<i64> {
     ) {
         // XLA: every op of an async chain calls just the wrapped computation
         // (the wrapped op's own `to_apply` lives inside it).
-        return async_callee(m, id).map(comp_id).into_iter().collect();
+        return m.async_callee(id).map(comp_id).into_iter().collect();
     }
     ins.called_computations().into_iter().map(comp_id).collect()
-}
-
-/// The opcode an async chain carries out: the root of the computation it wraps.
-pub(crate) fn async_wrapped_opcode(m: &Module, id: InstrId) -> Option<Opcode> {
-    async_callee(m, id).map(|c| m.instr(m.comp(c).root).opcode)
-}
-
-/// The computation an async chain wraps: its start's `calls`.
-fn async_callee(m: &Module, id: InstrId) -> Option<CompId> {
-    let mut cur = id;
-    // Each step moves to an operand, so the walk ends within the module.
-    for _ in 0..=m.instrs.len() {
-        let ins = m.instr(cur);
-        if let Some(c) = ins.attr_comp("calls") {
-            return Some(c);
-        }
-        cur = *ins.operands.first()?;
-    }
-    None
 }
 
 fn ints(ins: &tpusim_hlo::Instruction, name: &str) -> Vec<i64> {

@@ -156,9 +156,9 @@ pub fn hlo_category(m: &Module, id: InstrId) -> &'static str {
 fn collective_category(m: &Module, id: InstrId) -> &'static str {
     let ins = m.instr(id);
     let wrapped = match ins.opcode {
-        Opcode::AsyncStart | Opcode::AsyncUpdate | Opcode::AsyncDone => ins
-            .async_sugar
-            .or_else(|| crate::hlo_proto::async_wrapped_opcode(m, id)),
+        Opcode::AsyncStart | Opcode::AsyncUpdate | Opcode::AsyncDone => {
+            ins.async_sugar.or_else(|| m.async_wrapped_opcode(id))
+        }
         other => Some(other),
     };
     let name = wrapped.map_or("", Opcode::name);
