@@ -15,7 +15,7 @@ import numpy as np
 from model import MESH_AXES, REMAT_SAVED, ModelConfig, attention_fn, forward_loss, make_train_step, param_shapes
 
 
-FAN_IN_AXES = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "wi": 1, "wo_mlp": 1}  # input axes after the layer axis
+FAN_IN_AXES = {"wq": 1, "wk": 1, "wv": 1, "wqkv": 1, "wo": 2, "wi": 1, "wo_mlp": 1}  # input axes after the layer axis
 
 
 def init(cfg, key):
@@ -30,7 +30,7 @@ def init(cfg, key):
             out.append(0.1 * jax.random.normal(k, s.shape, s.dtype))
         elif "norm" in name and "bias" not in name:
             out.append(jnp.ones(s.shape, s.dtype))
-        elif "bias" in name or (name.startswith("b") and name in {"bq", "bk", "bv", "bo", "bi", "bo_mlp"}):
+        elif "bias" in name or (name.startswith("b") and name in {"bqkv", "bo", "bi", "bo_mlp"}):
             out.append(jnp.zeros(s.shape, s.dtype))
         elif name == "embedding":
             out.append(jax.random.normal(k, s.shape, s.dtype))

@@ -110,6 +110,17 @@ GPT3_MAX_POSITIONS = 2048
 # ---------------------------------------------------------------- parameters
 
 
+def QKV_SHAPES(cfg: ModelConfig, s) -> dict:  # noqa: N802
+    """The attention input projections. GPT-3 has one fused q/k/v kernel (MaxText's gpt3-175b.yml
+    sets `fused_qkv: True`; its kernel axes are (embed, qkv, heads, kv)). Here it is laid out
+    (embed, heads, qkv, kv): the same matmul with the same tiling, whose 2-D view for the int8
+    path keeps the tensor-sharded heads major."""
+    L, E, H, D = cfg.layers, cfg.emb, cfg.heads, cfg.head_dim
+    if cfg.kind == "gpt3":
+        return {"wqkv": s(L, E, H, 3, D)}
+    return {"wq": s(L, E, H, D), "wk": s(L, E, H, D), "wv": s(L, E, H, D)}
+
+
 def param_shapes(cfg: ModelConfig) -> dict:
     """Shapes (f32) of every parameter; per-layer weights are stacked on a leading layer axis."""
     L, E, H, D, M = cfg.layers, cfg.emb, cfg.heads, cfg.head_dim, cfg.mlp
@@ -117,9 +128,7 @@ def param_shapes(cfg: ModelConfig) -> dict:
     s = lambda *shape: jax.ShapeDtypeStruct(shape, f32)  # noqa: E731
     layer = {
         "norm": s(L, E),
-        "wq": s(L, E, H, D),
-        "wk": s(L, E, H, D),
-        "wv": s(L, E, H, D),
+        **QKV_SHAPES(cfg, s),
         "wo": s(L, H, D, E),
         "wi": s(L, E, M),
         "wo_mlp": s(L, M, E),
@@ -134,9 +143,7 @@ def param_shapes(cfg: ModelConfig) -> dict:
             norm_bias=s(L, E),
             mlp_norm=s(L, E),
             mlp_norm_bias=s(L, E),
-            bq=s(L, H, D),
-            bk=s(L, H, D),
-            bv=s(L, H, D),
+            bqkv=s(L, H, 3, D),
             bo=s(L, E),
             bi=s(L, M),
             bo_mlp=s(L, E),
@@ -147,11 +154,13 @@ def param_shapes(cfg: ModelConfig) -> dict:
 
 def param_specs(cfg: ModelConfig) -> dict:
     """PartitionSpecs: embed over fsdp, heads/mlp/vocab over tensor (MaxText's rules)."""
+    if cfg.kind == "gpt3":
+        qkv = {"wqkv": P(None, "fsdp", "tensor", None, None)}
+    else:
+        qkv = {name: P(None, "fsdp", "tensor", None) for name in ("wq", "wk", "wv")}
     layer = {
         "norm": P(None, "fsdp"),
-        "wq": P(None, "fsdp", "tensor", None),
-        "wk": P(None, "fsdp", "tensor", None),
-        "wv": P(None, "fsdp", "tensor", None),
+        **qkv,
         "wo": P(None, "tensor", None, "fsdp"),
         "wi": P(None, "fsdp", "tensor"),
         "wo_mlp": P(None, "tensor", "fsdp"),
@@ -166,9 +175,7 @@ def param_specs(cfg: ModelConfig) -> dict:
             norm_bias=P(None, "fsdp"),
             mlp_norm=P(None, "fsdp"),
             mlp_norm_bias=P(None, "fsdp"),
-            bq=P(None, "tensor", None),
-            bk=P(None, "tensor", None),
-            bv=P(None, "tensor", None),
+            bqkv=P(None, "tensor", None, None),
             bo=P(None, "fsdp"),
             bi=P(None, "tensor"),
             bo_mlp=P(None, "fsdp"),
@@ -331,15 +338,18 @@ def constrain(x, *spec):
 
 def attention_block(p, x, positions, cfg: ModelConfig, attend):
     w = lambda name: p[name].astype(ACT)  # noqa: E731
-    q, k, v = (
-        checkpoint_name(dense(x, w(name), 1, cfg), saved)
-        for name, saved in (("wq", "query_proj"), ("wk", "key_proj"), ("wv", "value_proj"))
-    )
+    if cfg.kind == "gpt3":
+        # MaxText's fused projection (one matmul, one dX reduction in the backward pass).
+        qkv = checkpoint_name(dense(x, w("wqkv"), 1, cfg), "qkv_proj") + w("bqkv")
+        q, k, v = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
+    else:
+        q, k, v = (
+            checkpoint_name(dense(x, w(name), 1, cfg), saved)
+            for name, saved in (("wq", "query_proj"), ("wk", "key_proj"), ("wv", "value_proj"))
+        )
     if cfg.kind == "maxtext":
         q, k = rotary(q, positions), rotary(k, positions)
         q, k, v = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"]), rms_norm(v, p["v_norm"])
-    elif cfg.kind == "gpt3":
-        q, k, v = q + w("bq"), k + w("bk"), v + w("bv")
     q, k, v = (constrain(t, BATCH_AXES, None, "tensor", None) for t in (q, k, v))
     if cfg.kind == "maxtext_v4":
         o = t5_bias_attention(q, k, v, p["rel_embedding"], p["q_norm"], p["k_norm"])
