@@ -484,12 +484,13 @@ ENTRY main {
     assert!(at[0] < at[1], "{at:?}\n{}", tpusim_hlo::print_module(&m));
 }
 
-/// Every all-reduce takes 1 ms on the interconnect.
-struct SlowAllReduce;
+/// Every collective started by an op of this opcode takes 1 ms on the
+/// interconnect.
+struct OneMsPer(Opcode);
 
-impl tpusim_perf::CommModel for SlowAllReduce {
+impl tpusim_perf::CommModel for OneMsPer {
     fn cost(&self, m: &Module, id: tpusim_hlo::InstrId) -> Option<tpusim_perf::CommCost> {
-        matches!(m.instr(id).opcode, Opcode::AllReduceStart).then(|| tpusim_perf::CommCost {
+        (m.instr(id).opcode == self.0).then(|| tpusim_perf::CommCost {
             time_s: 1e-3,
             ..Default::default()
         })
@@ -521,7 +522,7 @@ ENTRY main {
 }
 "#;
     let mut m = parse(text);
-    schedule_with(&mut m, &SlowAllReduce, 1 << 40);
+    schedule_with(&mut m, &OneMsPer(Opcode::AllReduceStart), 1 << 40);
     let at = positions(&m, "main", &["start", "d", "done"]);
     assert!(
         at[0] < at[1] && at[1] < at[2],
@@ -530,21 +531,9 @@ ENTRY main {
     );
     // Without memory for the dot's result, the done keeps its place.
     let mut m = parse(text);
-    schedule_with(&mut m, &SlowAllReduce, 3 * 512 * 512 * 2);
+    schedule_with(&mut m, &OneMsPer(Opcode::AllReduceStart), 3 * 512 * 512 * 2);
     let at = positions(&m, "main", &["done", "d"]);
     assert!(at[0] < at[1], "{at:?}\n{}", tpusim_hlo::print_module(&m));
-}
-
-/// Every async collective takes 1 ms on the interconnect.
-struct SlowAsync;
-
-impl tpusim_perf::CommModel for SlowAsync {
-    fn cost(&self, m: &Module, id: tpusim_hlo::InstrId) -> Option<tpusim_perf::CommCost> {
-        matches!(m.instr(id).opcode, Opcode::AsyncStart).then(|| tpusim_perf::CommCost {
-            time_s: 1e-3,
-            ..Default::default()
-        })
-    }
 }
 
 #[test]
@@ -572,7 +561,7 @@ ENTRY main {
 "#;
     let mut m = parse(text);
     checked(&mut m, convert_async_collectives);
-    schedule_with(&mut m, &SlowAsync, 1 << 40);
+    schedule_with(&mut m, &OneMsPer(Opcode::AsyncStart), 1 << 40);
     let kinds: Vec<Opcode> = m
         .entry()
         .instrs
