@@ -924,40 +924,19 @@ impl Out {
         let mut reduce_last = None;
         if !s.partial.is_empty() {
             let p = std::mem::take(&mut s.partial);
-            let scatter_dim = (0..s.rank()).find(|&d| {
-                let mut want = s.dims[d].clone();
-                want.extend(&p);
-                to.dims[d] == want && global[d] % i64::from(mesh.count(&want)) == 0
-            });
-            // Some of the partial axes tile a dim further (an FSDP weight's
-            // gradient, partial over data and fsdp, wanted tiled by fsdp):
-            // reduce-scatter over those, all-reduce the shard over the rest.
-            let split = (0..s.rank()).find_map(|d| {
-                let extra = to.dims[d].strip_prefix(&s.dims[d][..])?;
-                let fits = !extra.is_empty()
-                    && extra.iter().all(|a| p.contains(a))
-                    && global[d] % i64::from(mesh.count(&to.dims[d])) == 0;
-                fits.then(|| (d, extra.to_vec()))
-            });
-            match (scatter_dim, split) {
-                (Some(d), _) => {
-                    cur = self.reduce_scatter(cb, cur, d, &p, from.reducer);
-                    s.dims[d].extend(&p);
-                }
-                (None, Some((d, scattered))) => {
+            match scatter_target(&mesh, global, &s, &p, to) {
+                Some((d, scattered)) => {
                     cur = self.reduce_scatter(cb, cur, d, &scattered, from.reducer);
                     s.dims[d].extend(&scattered);
-                    let rest: Vec<Axis> = p
-                        .iter()
-                        .filter(|a| !scattered.contains(a))
-                        .copied()
-                        .collect();
-                    cur = self.all_reduce(cb, cur, &rest, from.reducer);
+                    let rest = without(&p, &scattered);
+                    if !rest.is_empty() {
+                        cur = self.all_reduce(cb, cur, &rest, from.reducer);
+                    }
                 }
-                (None, None) if slice_before_reducing(&mesh, global, &s, &p, to) => {
+                None if slice_before_reducing(&mesh, global, &s, &p, to) => {
                     reduce_last = Some((p, from.reducer));
                 }
-                (None, None) => cur = self.all_reduce(cb, cur, &p, from.reducer),
+                None => cur = self.all_reduce(cb, cur, &p, from.reducer),
             }
             s.reducer = None;
         }
@@ -1052,6 +1031,41 @@ impl Out {
         }
         Ok(cur)
     }
+}
+
+/// Where partial sums over `partial` on tiling `s` are reduce-scattered on
+/// their way to `to`: the dim `to` tiles further, right after `s`'s own
+/// tiling of it and evenly, by partial axes only (an FSDP weight's gradient,
+/// partial over data and fsdp, wanted tiled by fsdp), the most such axes
+/// first; the rest of `partial` is all-reduced on the shard.
+pub(crate) fn scatter_target(
+    mesh: &Mesh,
+    global: &[i64],
+    s: &Sh,
+    partial: &[Axis],
+    to: &Sh,
+) -> Option<(usize, Vec<Axis>)> {
+    let mut best: Option<(usize, Vec<Axis>)> = None;
+    for (d, &size) in global.iter().enumerate() {
+        let Some(extra) = to.dims.get(d)?.strip_prefix(&s.dims.get(d)?[..]) else {
+            continue;
+        };
+        let fits = !extra.is_empty()
+            && extra.iter().all(|a| partial.contains(a))
+            && size % i64::from(mesh.count(&to.dims[d])) == 0;
+        let more = best
+            .as_ref()
+            .is_none_or(|(_, axes)| mesh.count(extra) > mesh.count(axes));
+        if fits && more {
+            best = Some((d, extra.to_vec()));
+        }
+    }
+    best
+}
+
+/// The axes of `axes` not in `gone`.
+pub(crate) fn without(axes: &[Axis], gone: &[Axis]) -> Vec<Axis> {
+    axes.iter().filter(|a| !gone.contains(a)).copied().collect()
 }
 
 /// Whether partial sums over `partial` that `to` only tiles further (evenly,

@@ -192,12 +192,22 @@ pub fn mesh_of(m: &Module, options: &PartitionOptions) -> Result<Vec<(String, u3
 /// say nothing. Device placement uses it (a JAX mesh's axes are laid on the
 /// torus one by one).
 pub fn mesh_shape(m: &Module, options: &PartitionOptions) -> Result<Vec<u32>, SpmdError> {
-    let axes = mesh_of(m, options)?;
-    if sdy_mesh(m)?.is_some_and(|a| !a.is_empty()) {
-        return Ok(axes.iter().map(|a| a.1).collect());
+    let named = mesh_of(m, options)?;
+    Ok(shape_of(m, &named, has_sdy_mesh(m)?))
+}
+
+/// [`mesh_shape`] from the module's named mesh ([`mesh_of`]), and whether
+/// that is a Shardy mesh.
+fn shape_of(m: &Module, named: &[(String, u32)], sdy: bool) -> Vec<u32> {
+    if sdy {
+        return named.iter().map(|a| a.1).collect();
     }
-    let n: u32 = axes.iter().map(|a| a.1).product();
-    Ok(gspmd_segments(m, n).unwrap_or_else(|| vec![n]))
+    let n: u32 = named.iter().map(|a| a.1).product();
+    gspmd_segments(m, n).unwrap_or_else(|| vec![n])
+}
+
+fn has_sdy_mesh(m: &Module) -> Result<bool, SpmdError> {
+    Ok(sdy_mesh(m)?.is_some_and(|a| !a.is_empty()))
 }
 
 /// Checks that every Shardy axis named on an instruction exists in the mesh.
@@ -267,10 +277,11 @@ pub fn partition_for_pricing(
         });
     }
     let named = mesh_of(&module, options)?;
-    let mesh = mesh_shape(&module, options)?;
+    let sdy = has_sdy_mesh(&module)?;
+    let mesh = shape_of(&module, &named, sdy);
     let partitioned = partition(&module, options)?;
     let devices: u32 = named.iter().map(|a| a.1).product();
-    let mesh_text = if sdy_mesh(&module)?.is_some_and(|a| !a.is_empty()) {
+    let mesh_text = if sdy {
         let axes: Vec<String> = named.iter().map(|(n, s)| format!("{n}={s}")).collect();
         format!("mesh {}", axes.join(" x "))
     } else {

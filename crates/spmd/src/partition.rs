@@ -3,7 +3,7 @@
 //! forward propagation rules), an annotation overrides it, and the instruction
 //! is emitted on per-device shapes after resharding its operands as it needs.
 
-use crate::build::{attr, set_attr, CompB, Out};
+use crate::build::{attr, scatter_target, set_attr, without, CompB, Out};
 use crate::mesh::{read_sharding, Axis, ReadError, Sh};
 use crate::SpmdError;
 use rustc_hash::FxHashMap;
@@ -2311,35 +2311,19 @@ fn partial_bytes(mesh: &crate::mesh::Mesh, g: &[i64], elem: f64, out: &Sh) -> f6
 }
 
 /// Bytes per device taking a partial result `out` to the tiling `to`, as
-/// `Out::reshard` does it: a reduce-scatter over the partial axes that tile
-/// a dim of `to` right after `out`'s own tiling of it, an all-reduce of the
-/// shard over the other partial axes, then the reshard of what differs.
+/// `Out::reshard` does it: a reduce-scatter into the dim
+/// [`scatter_target`] picks, an all-reduce of the shard over the other
+/// partial axes, then the reshard of what differs (a whole all-reduce when
+/// no dim takes partial axes).
 fn reduce_into_bytes(mesh: &crate::mesh::Mesh, g: &[i64], elem: f64, out: &Sh, to: &Sh) -> f64 {
     let mut after = out.without_partial();
-    let mut scattered: Vec<Axis> = Vec::new();
-    for (d, &size) in g.iter().enumerate() {
-        let Some(extra) = to.dims[d].strip_prefix(&out.dims[d][..]) else {
-            continue;
-        };
-        let fits = !extra.is_empty()
-            && extra
-                .iter()
-                .all(|a| out.partial.contains(a) && !scattered.contains(a))
-            && size % i64::from(mesh.count(&to.dims[d])) == 0;
-        if fits {
-            scattered.extend(extra);
-            after.dims[d] = to.dims[d].clone();
-        }
-    }
-    let rest: Vec<Axis> = out
-        .partial
-        .iter()
-        .filter(|a| !scattered.contains(a))
-        .copied()
-        .collect();
+    let Some((d, scattered)) = scatter_target(mesh, g, &after, &out.partial, to) else {
+        return partial_bytes(mesh, g, elem, out) + reshard_bytes(mesh, g, elem, &after, to);
+    };
+    after.dims[d].extend(&scattered);
     let local: f64 = out.local_dims(mesh, g).iter().map(|&x| x as f64).product();
     let ps = f64::from(mesh.count(&scattered));
-    let pr = f64::from(mesh.count(&rest));
+    let pr = f64::from(mesh.count(&without(&out.partial, &scattered)));
     local * elem * (1.0 - 1.0 / ps)
         + 2.0 * local / ps * elem * (1.0 - 1.0 / pr)
         + reshard_bytes(mesh, g, elem, &after, to)
