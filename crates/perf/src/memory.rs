@@ -384,6 +384,35 @@ impl Mem {
         v.to_vec()
     }
 
+    /// `v` with every leaf in a buffer of its own: a leaf whose buffer an
+    /// earlier leaf already holds gets a fresh one of its size (XLA's copy
+    /// insertion gives each loop-carried slot its own buffer, so that one
+    /// zeros broadcast JAX passes for several stacked outputs of a scan is
+    /// several buffers the loop updates in place).
+    pub(crate) fn distinct(&mut self, v: Value, instr: InstrId, time_s: f64) -> Value {
+        let mut seen = HashSet::new();
+        let mut out = Vec::with_capacity(v.len());
+        let mut copied = false;
+        for (leaf, b) in v.into_iter().enumerate() {
+            if seen.insert(b) {
+                out.push(b);
+                continue;
+            }
+            let bytes = self.bytes(b).unwrap_or(0);
+            let kind = match self.kind(b) {
+                Some(BufferKind::Temporary) | None => BufferKind::Temporary,
+                Some(k) => k,
+            };
+            out.push(self.new_buf(instr, leaf as u32, bytes, kind, time_s));
+            self.release(vec![b], time_s);
+            copied = true;
+        }
+        if copied {
+            self.record(time_s);
+        }
+        out
+    }
+
     /// Drops a reference to each buffer; those left unreferenced are freed.
     pub(crate) fn release(&mut self, v: Value, time_s: f64) {
         let mut freed = false;

@@ -739,6 +739,10 @@ impl Replay<'_> {
         let cond = ins.attr_comp("condition");
         let parts: Vec<CompId> = body.iter().chain(cond.iter()).copied().collect();
         let mut carried = self.operand(frame, id, 0);
+        let t = self.clock;
+        if let Some(mem) = self.mem() {
+            carried = mem.distinct(carried, id, t);
+        }
         let outer = self.iteration;
         let mut i = 0;
         while i < n && self.emit && self.budget < MAX_EVENTS && !self.cancel.is_cancelled() {

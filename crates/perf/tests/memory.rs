@@ -136,6 +136,48 @@ fn while_loops_carry_their_state_and_free_each_iteration() {
     assert_eq!(end, 4096 + 32 + 4096 + 3 * 4);
 }
 
+/// A scan's two stacked outputs start from one zeros broadcast (as JAX
+/// emits it); each slot is updated in place.
+const SHARED_INIT: &str = r#"HloModule shared_init
+
+body {
+  p = (s32[], f32[4,1024], f32[4,1024]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  n = s32[] add(i, one)
+  zero = s32[] constant(0)
+  row = f32[1,1024] broadcast(f32[] constant(2)), dimensions={}
+  a = f32[4,1024] get-tuple-element(p), index=1
+  b = f32[4,1024] get-tuple-element(p), index=2
+  a2 = f32[4,1024] dynamic-update-slice(a, row, i, zero)
+  b2 = f32[4,1024] dynamic-update-slice(b, row, i, zero)
+  ROOT t = (s32[], f32[4,1024], f32[4,1024]) tuple(n, a2, b2)
+}
+
+cond {
+  p = (s32[], f32[4,1024], f32[4,1024]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  k = s32[] constant(4)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+
+ENTRY e {
+  zeros = f32[4,1024] broadcast(f32[] constant(0)), dimensions={}
+  start = s32[] constant(0)
+  t = (s32[], f32[4,1024], f32[4,1024]) tuple(start, zeros, zeros)
+  ROOT w = (s32[], f32[4,1024], f32[4,1024]) while(t), condition=cond, body=body
+}
+"#;
+
+#[test]
+fn loop_slots_started_from_one_buffer_each_get_their_own() {
+    // Two 16 KiB stacks live at once: the loop cannot update both slots in
+    // one buffer (XLA's copy insertion gives each its own).
+    let p = profile(SHARED_INIT);
+    assert!(p.peak_bytes >= 2 * 16384, "{:?}", p.peak_buffers);
+    assert_eq!(p.output_bytes, 2 * 16384 + 4, "{:?}", p.peak_buffers);
+}
+
 #[test]
 fn a_peak_beyond_hbm_is_a_warning_in_the_analysis() {
     let text = r#"HloModule big
