@@ -401,8 +401,10 @@ def embed(params, tokens, iota_embed: bool):
 # recomputed); "full" keeps nothing but the scan carry.
 REMAT_SAVED = {
     "full": (),
-    "save_dot_except_logits_ffn1": ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"),
-    "save_dot_except_logits": ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi", "mlpwo"),
+    "save_dot_except_logits_ffn1": ("query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj", "mlpwo"),
+    "save_dot_except_logits": (
+        "query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj", "mlpwi", "mlpwo",
+    ),
 }
 
 
