@@ -150,6 +150,25 @@ pub fn load_cases(dir: &Path) -> Result<Vec<Case>, String> {
             num(&row, "latency_us_device") * 1e-6,
         )?);
     }
+    // The older broad shape set (grid, tall, deep-K, ... shapes, many of them
+    // multiples of 128): never fitted, scored as a validation set.
+    for row in read_csv(&dir.join("gemm_fusion_master.csv"))? {
+        if field(&row, "status") != "ok" {
+            continue;
+        }
+        let (m, n, k) = (
+            num(&row, "M") as u64,
+            num(&row, "N") as u64,
+            num(&row, "K") as u64,
+        );
+        out.push(case(
+            "gemm_master",
+            field(&row, "shape_class").to_string(),
+            format!("{m}x{n}x{k}"),
+            &gemm_hlo(m, n, k),
+            num(&row, "latency_us_device") * 1e-6,
+        )?);
+    }
     for op in OPS {
         for row in read_csv(&dir.join(format!("ops/{op}_dataset.first16k.csv")))? {
             let (d1, d2) = (num(&row, "d1") as u64, num(&row, "d2") as u64);
@@ -192,6 +211,11 @@ pub const MEASURED_CONTEXT: TimingContext = TimingContext {
 /// Predicted time of a case on `chip`.
 pub fn predict(c: &Case, chip: &Chip) -> f64 {
     op_time_in(&c.module, chip, c.kernel, MEASURED_CONTEXT).time_s
+}
+
+/// The model's account of a case's kernel (`None` without a TensorCore model).
+pub fn explain(c: &Case, chip: &Chip) -> Option<tpusim_perf::KernelExplain> {
+    tpusim_perf::explain_in(&c.module, chip, c.kernel, MEASURED_CONTEXT)
 }
 
 /// MAPE, median absolute percentage error and bias (mean signed error), in %.

@@ -119,6 +119,11 @@ pub struct TensorCoreTiming {
     /// Cycles lost per MXU pass (one weight tile times one row block of
     /// `mxu_dim` rows): popping results and accumulating them in VMEM.
     pub mxu_pass_overhead_cycles: f64,
+    /// Edge of the square output block a matmul kernel computes per
+    /// pipeline step (elements; a multiple of the MXU edge).
+    pub matmul_block_edge: u64,
+    /// Depth (K elements) of the operand slices one pipeline step loads.
+    pub matmul_block_depth: u64,
     /// Fixed device time of one lone kernel (launch, first DMA in, last DMA
     /// out, synchronisation), seconds.
     pub kernel_launch_s: f64,

@@ -4,7 +4,7 @@
 //! The bounds here are schema rules (what a sane file in the documented units
 //! looks like), not hardware figures; those live only in the chip files.
 
-use crate::chip::{Chip, ChipKind, Topology, Wraparound};
+use crate::chip::{Chip, ChipKind, TensorCoreTiming, Topology, Wraparound};
 use crate::error::ArchError;
 use crate::span;
 
@@ -114,6 +114,7 @@ impl Validator<'_> {
                 return Err(self.fail(field, format!("must be 0..1e6 cycles, got {cycles}")));
             }
         }
+        self.matmul_block(chip, t)?;
         self.latency("tensorcore.kernel_launch_s", t.kernel_launch_s)?;
         self.latency("tensorcore.program_overhead_s", t.program_overhead_s)?;
         self.latency("tensorcore.in_program_kernel_s", t.in_program_kernel_s)?;
@@ -130,6 +131,41 @@ impl Validator<'_> {
                 t.cmem_bandwidth_bytes_per_s,
                 "bytes/s",
             )?;
+        }
+        Ok(())
+    }
+
+    /// A matmul block is whole MXU tiles, and a double-buffered step (bf16
+    /// operand slices and the f32 output block) fits in one core's VMEM.
+    fn matmul_block(&self, chip: &Chip, t: &TensorCoreTiming) -> Check {
+        let mxu = u64::from(chip.mxu_dim().unwrap_or(128)).max(1);
+        for (field, n) in [
+            ("tensorcore.matmul_block_edge", t.matmul_block_edge),
+            ("tensorcore.matmul_block_depth", t.matmul_block_depth),
+        ] {
+            if n == 0 || n % mxu != 0 || n > 1 << 16 {
+                return Err(self.fail(
+                    field,
+                    format!(
+                        "must be a positive multiple of the MXU edge ({mxu}) up to 65536, got {n}"
+                    ),
+                ));
+            }
+        }
+        let (edge, depth) = (t.matmul_block_edge, t.matmul_block_depth);
+        let step = 2 * (2 * edge * depth * 2 + edge * edge * 4);
+        let vmem = chip
+            .tpu
+            .as_ref()
+            .map_or(u64::MAX, |c| c.vmem_bytes_per_tensorcore);
+        if step > vmem {
+            return Err(self.fail(
+                "tensorcore.matmul_block_edge",
+                format!(
+                    "a double-buffered {edge}x{edge} block of depth {depth} needs {step} bytes of \
+                     VMEM; the core has {vmem}"
+                ),
+            ));
         }
         Ok(())
     }

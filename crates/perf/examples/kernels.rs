@@ -22,6 +22,7 @@ fn published(set: &str) -> &'static str {
         "transpose" => "8.1%",
         "convert" => "12.0%",
         "batched_gemm" => "6.3% (R fit)",
+        "gemm_master" => "- (validation: never fitted)",
         _ => "-",
     }
 }
@@ -34,11 +35,13 @@ fn row(name: &str, before: Score, after: Score, published: &str) {
 }
 
 type Setter = fn(&mut TensorCoreTiming, f64);
+type Getter = fn(&TensorCoreTiming) -> f64;
 
 /// A constant measured from the data: how to set it, the values tried, and
 /// the sets it is fitted on.
 struct Fitted {
     name: &'static str,
+    get: Getter,
     set: Setter,
     grid: Vec<f64>,
     sets: &'static [&'static str],
@@ -51,12 +54,14 @@ fn fitted() -> Vec<Fitted> {
     vec![
         Fitted {
             name: "hbm_efficiency",
+            get: |t| t.hbm_efficiency,
             set: |t, v| t.hbm_efficiency = v,
             grid: lin(0.6, 1.0, 40),
             sets: &["add", "exponential", "transpose"],
         },
         Fitted {
             name: "kernel_launch_s",
+            get: |t| t.kernel_launch_s,
             set: |t, v| t.kernel_launch_s = v,
             grid: lin(0.5e-6, 1.3e-6, 40),
             sets: &[
@@ -70,24 +75,42 @@ fn fitted() -> Vec<Fitted> {
         },
         Fitted {
             name: "mxu_weight_load_cycles",
+            get: |t| t.mxu_weight_load_cycles,
             set: |t, v| t.mxu_weight_load_cycles = v,
             grid: lin(0.0, 160.0, 40),
             sets: &["gemm"],
         },
         Fitted {
             name: "mxu_pass_overhead_cycles",
+            get: |t| t.mxu_pass_overhead_cycles,
             set: |t, v| t.mxu_pass_overhead_cycles = v,
             grid: lin(0.0, 64.0, 32),
             sets: &["gemm"],
         },
         Fitted {
+            name: "matmul_block_edge",
+            get: |t| t.matmul_block_edge as f64,
+            set: |t, v| t.matmul_block_edge = v as u64,
+            grid: lin(256.0, 2048.0, 14),
+            sets: &["gemm"],
+        },
+        Fitted {
+            name: "matmul_block_depth",
+            get: |t| t.matmul_block_depth as f64,
+            set: |t, v| t.matmul_block_depth = v as u64,
+            grid: lin(256.0, 2048.0, 14),
+            sets: &["gemm"],
+        },
+        Fitted {
             name: "vreg_moves_per_cycle",
+            get: |t| t.vreg_moves_per_cycle,
             set: |t, v| t.vreg_moves_per_cycle = v,
             grid: lin(0.5, 2.0, 30),
             sets: &["add", "exponential", "reduce", "transpose", "convert"],
         },
         Fitted {
             name: "cmem_bandwidth_bytes_per_s",
+            get: |t| t.cmem_bandwidth_bytes_per_s,
             set: |t, v| t.cmem_bandwidth_bytes_per_s = v,
             grid: lin(1.0e12, 6.0e12, 40),
             sets: &["gemm"],
@@ -183,6 +206,7 @@ fn main() -> Result<(), String> {
         "transpose",
         "convert",
         "batched_gemm",
+        "gemm_master",
     ];
     for set in sets {
         let keep = |c: &Case| c.set == set;
@@ -215,14 +239,6 @@ fn main() -> Result<(), String> {
         .tensorcore
         .clone()
         .ok_or("v4 has no [tensorcore] table")?;
-    let current = |name: &str| match name {
-        "hbm_efficiency" => tc.hbm_efficiency,
-        "kernel_launch_s" => tc.kernel_launch_s,
-        "mxu_weight_load_cycles" => tc.mxu_weight_load_cycles,
-        "mxu_pass_overhead_cycles" => tc.mxu_pass_overhead_cycles,
-        "vreg_moves_per_cycle" => tc.vreg_moves_per_cycle,
-        _ => tc.cmem_bandwidth_bytes_per_s,
-    };
     for f in fitted() {
         let subset: Vec<&Case> = cases.iter().filter(|c| f.sets.contains(&c.set)).collect();
         let (s, lo, hi) = held_out(&subset, &chip, &f);
@@ -236,7 +252,7 @@ fn main() -> Result<(), String> {
         println!(
             "| {} | {:.4e} | {:.4e} | {:.4e} .. {:.4e} | {} | {:.1}% | {:.1}% |",
             f.name,
-            current(f.name),
+            (f.get)(&tc),
             all,
             lo,
             hi,
@@ -251,15 +267,29 @@ fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
     if let Some(k) = args.iter().position(|a| a == "--csv") {
         let path = args.get(k + 1).ok_or("--csv needs a path")?;
-        let mut text = String::from("set,region,label,measured_us,model_us\n");
+        // The model's parts, for analysis: MXU, VPU, register moves, DMA
+        // (with its unhidden prologue and epilogue), fixed cost, DMA tiles.
+        let mut text = String::from(
+            "set,region,label,measured_us,model_us,mxu_us,vpu_us,vreg_us,dma_us,prologue_us,\
+             epilogue_us,fixed_us,dma_tiles\n",
+        );
         for c in &cases {
+            let e = score::explain(c, &chip).unwrap_or_default();
             text += &format!(
-                "{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 c.set,
                 c.region,
                 c.label,
                 c.measured_s * 1e6,
-                predict(c, &chip) * 1e6
+                predict(c, &chip) * 1e6,
+                e.mxu_s * 1e6,
+                e.vpu_s * 1e6,
+                e.vreg_s * 1e6,
+                e.dma_s * 1e6,
+                e.prologue_s * 1e6,
+                e.epilogue_s * 1e6,
+                e.fixed_s * 1e6,
+                e.dma_tiles
             );
         }
         std::fs::write(path, text).map_err(|e| e.to_string())?;

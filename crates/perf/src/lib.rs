@@ -3,8 +3,8 @@
 //! Every executed op (a fusion or an unfused instruction) is a kernel. On a
 //! chip with a `[tensorcore]` table it is timed by the TensorCore model
 //! ([`tensorcore`]): the MXU tile schedule, VPU/XLU work and the HBM→VMEM
-//! DMA pipeline, `max(compute, DMA)` plus prologue/epilogue and a fixed
-//! per-kernel cost. Other chips use the roofline, `max(mxu, vpu, hbm) +
+//! DMA pipeline of tiles per core (`max(compute, DMA)` per step, the first
+//! load and last compute and store exposed) and a fixed per-kernel cost. Other chips use the roofline, `max(mxu, vpu, hbm) +
 //! per-op overhead`:
 //! - **MXU**: dots and convolutions, with rows padded to the 8 sublanes and
 //!   contracting/output columns padded to the MXU edge, at the operand type's
@@ -244,13 +244,19 @@ fn analyze_until(module: &Module, chip: &Chip, comm: &dyn CommModel, cancel: &Ca
     )));
     if let Some(tc) = &chip.tensorcore {
         assumptions.push(format!(
-            "TensorCore model: each kernel costs max(compute, DMA) over its tiles plus {:.2} µs \
-             inside a program (a lone kernel: {:.2} µs); HBM at {:.0}% of peak; the {:.1} µs \
+            "TensorCore model: each kernel is a double-buffered pipeline of tiles per core \
+             (matmuls: {}x{} output blocks, K in {}-deep slices), max(compute, DMA) per step \
+             with the last tile's compute exposed, plus {:.2} µs inside a program (a lone \
+             kernel: {:.2} µs, which also exposes its first load and last store); HBM at {:.0}% \
+             of peak; a dot with K = 1 is a multiply on the VPU; the {:.1} µs \
              per-program launch overhead is not in the step time; each operand is read from HBM \
              once per kernel (re-reads forced by VMEM capacity are not modelled); each core \
              loads or stores {} vector register(s) per cycle, one row of a single-row array per \
              register; a reduction over the minor (lane) dim with more results than lanes takes \
              a second kernel (a rule inferred from measured v4 reductions)",
+            tc.matmul_block_edge,
+            tc.matmul_block_edge,
+            tc.matmul_block_depth,
             tc.in_program_kernel_s * 1e6,
             tc.kernel_launch_s * 1e6,
             tc.hbm_efficiency * 100.0,

@@ -257,7 +257,7 @@ fn from_kernel(cost: tpusim_cost::InstrCost, matmuls: Vec<MatmulInfo>, e: Kernel
     let mxu_s = e.mxu_s;
     // The vector unit's busiest part: its ALUs, the XLU or its load/store slots.
     let vpu_s = e.vpu_s.max(e.xlu_s).max(e.vreg_s);
-    let hbm_s = e.dma_s + e.prologue_s + e.epilogue_s;
+    let hbm_s = e.dma_s;
     let busiest = mxu_s.max(vpu_s).max(e.steady_dma_s);
     let bound = if e.fixed_s > busiest {
         Bound::Overhead

@@ -1,10 +1,15 @@
 //! The TensorCore model: the time of one kernel from how a TPU executes it.
 //!
-//! A kernel is a pipeline of tiles. HBM→VMEM DMAs bring operand tiles in and
-//! results out (double-buffered, so a kernel takes `max(compute, DMA)` over
-//! its tiles), plus the first tile's DMA before compute can start
-//! (prologue), the last output tile's DMA after it ends (epilogue) and a
-//! fixed launch cost. Compute is the busier of:
+//! A kernel is a pipeline of tiles on each core. HBM→VMEM DMAs bring operand
+//! tiles in and results out, double-buffered: of a core's T tiles, T-1 steps
+//! take `max(compute, DMA)` per tile, and the first tile's load (prologue)
+//! and the last tile's compute and store (epilogue) overlap nothing, plus a
+//! fixed launch cost. Inside a program the prologue's and epilogue's DMAs
+//! overlap the neighbouring kernels. A matmul's tiles are output blocks of
+//! `matmul_block_edge` squared with K in `matmul_block_depth` slices, so a
+//! mid-size GEMM of a few blocks runs its load, compute and store nearly in
+//! turn, while a large one hides all but its busiest unit; a streaming
+//! kernel's tiles are small (eight registers). Compute is the busier of:
 //! - the **MXUs**: a dot is cut into `mxu_dim × mxu_dim` weight tiles (K and
 //!   N padded to the MXU edge, rows padded to the 8 sublanes); every tile is
 //!   loaded into one MXU and the rows stream through it, one row per cycle.
@@ -57,6 +62,9 @@ pub struct MxuSchedule {
     pub tiles: u64,
     /// Passes: tiles × row blocks of `mxu_dim` rows.
     pub passes: u64,
+    /// Pipeline blocks: the output cut into `matmul_block_edge` squares
+    /// and K into `matmul_block_depth` slices, over all batch elements.
+    pub blocks: u64,
     /// MXUs the tiles are spread over.
     pub mxus: u64,
     /// Cycles per MXU streaming rows.
@@ -96,6 +104,8 @@ pub struct KernelExplain {
     pub dma_s: f64,
     /// DMA time of all tiles but the first load and the last store.
     pub steady_dma_s: f64,
+    /// Tiles each core's pipeline runs (at least 1).
+    pub tiles_per_core: f64,
     pub prologue_s: f64,
     pub epilogue_s: f64,
     pub fixed_s: f64,
@@ -285,6 +295,13 @@ fn mxu_schedule(chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo, swapped: bo
         .saturating_mul(mm.k.div_ceil(d).max(1))
         .saturating_mul(cols.div_ceil(d).max(1));
     let passes = tiles.saturating_mul(rows.div_ceil(d));
+    let edge = tc.matmul_block_edge.max(1);
+    let blocks = mm
+        .batch
+        .max(1)
+        .saturating_mul(rows.div_ceil(edge))
+        .saturating_mul(cols.div_ceil(edge).max(1))
+        .saturating_mul(mm.k.div_ceil(tc.matmul_block_depth.max(1)).max(1));
     let per_mxu = |n: u64| n.div_ceil(mxus) as f64;
     // Narrow types (int8, fp8 where the chip has a faster rate for them)
     // stream more rows per cycle through the array: the chip file's peak
@@ -307,6 +324,7 @@ fn mxu_schedule(chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo, swapped: bo
         swapped,
         tiles,
         passes,
+        blocks,
         mxus,
         stream_cycles: stream,
         weight_load_cycles: (load - stream).max(0.0),
@@ -502,6 +520,7 @@ pub fn kernel_time(
 
     let clock = chip.clock_hz;
     let mut launches = 1.0;
+    let mut blocks = 0u64;
     for mm in k.matmuls {
         if is_matrix_vector(mm) {
             // XLA rewrites a dot with a size-1 non-contracting side into a
@@ -518,9 +537,34 @@ pub fn kernel_time(
             ));
             continue;
         }
+        if mm.k == 1 {
+            // XLA's algebraic simplifier rewrites a dot whose contracting
+            // dims are all size 1 into a multiply of two broadcasts. The
+            // column operand's values lie along lanes in its layout and
+            // must be spread over sublanes; within one 128x128 block that
+            // happens in registers, beyond it a layout copy runs first (a
+            // second kernel, as measured on v4: 1.1-1.2 us up to 128x128,
+            // 2.0-2.4 us beyond).
+            vector_flops += mm.flops;
+            let copy = mm.m > lanes || mm.n > lanes;
+            if copy {
+                launches = 2.0;
+            }
+            e.notes.push(format!(
+                "outer product ({}x{}x1): a multiply of broadcasts on the VPU{}, not the MXU",
+                mm.m,
+                mm.n,
+                if copy {
+                    " after a layout copy of the column operand"
+                } else {
+                    ""
+                }
+            ));
+            continue;
+        }
         let s = schedule_matmul(chip, tc, mm);
         e.mxu_s += s.cycles / clock;
-        e.dma_tiles += s.passes;
+        blocks = blocks.saturating_add(s.blocks);
         e.mxu.push(s);
     }
     if let Some(results) = lane_reduction_results(m, id).filter(|&r| r > lanes) {
@@ -542,9 +586,9 @@ pub fn kernel_time(
             .push("transpose on the XLU, one vreg per cycle per core".into());
     }
 
+    // The cores split a kernel by row tiles: one row tile, one core.
+    let mut used = cores.min(input.row_tiles.max(output.row_tiles).max(1.0));
     if e.custom_call.is_none() {
-        // The cores split a kernel by row tiles: one row tile, one core.
-        let used = cores.min(input.row_tiles.max(output.row_tiles).max(1.0));
         e.vregs = input.vregs + output.vregs;
         e.vreg_s = e.vregs / (tc.vreg_moves_per_cycle * used * clock);
     }
@@ -569,20 +613,19 @@ pub fn kernel_time(
     } else {
         e.bytes_in / hbm
     };
-    e.dma_s = read_s + e.bytes_out / hbm;
-    if e.dma_tiles == 0 {
+    let write_s = e.bytes_out / hbm;
+    e.dma_s = read_s + write_s;
+    if blocks > 0 {
+        // A dot moves one output block (and its operand slices) per step;
+        // the blocks are spread over the cores.
+        e.dma_tiles = blocks;
+        used = cores;
+    } else {
         // Streaming kernels move one (8·k, 128) block per DMA.
         let tile = (SUBLANES * lanes * 4) as f64 * 8.0;
-        e.dma_tiles = ((e.bytes_in + e.bytes_out) / tile).ceil() as u64;
-        e.dma_bytes_per_tile = tile;
-    } else {
-        e.dma_bytes_per_tile = (e.bytes_in + e.bytes_out) / e.dma_tiles as f64;
+        e.dma_tiles = ((e.bytes_in + e.bytes_out) / tile).ceil().max(1.0) as u64;
     }
-    // Double-buffered: only the first tile's load and the last tile's store
-    // are not overlapped with compute.
-    let tiles = e.dma_tiles.max(1) as f64;
-    e.prologue_s = e.bytes_in / tiles / hbm;
-    e.epilogue_s = e.bytes_out / tiles / hbm;
+    e.dma_bytes_per_tile = (e.bytes_in + e.bytes_out) / e.dma_tiles as f64;
     e.fixed_s = launches
         * if ctx.in_program {
             tc.in_program_kernel_s
@@ -590,10 +633,28 @@ pub fn kernel_time(
             tc.kernel_launch_s
         };
     let compute = e.mxu_s.max(e.vpu_s).max(e.xlu_s).max(e.vreg_s);
-    // The first load and last store are the prologue and epilogue; the
-    // other tiles' DMAs overlap compute.
-    e.steady_dma_s = (e.dma_s - e.prologue_s - e.epilogue_s).max(0.0);
-    e.time_s = compute.max(e.steady_dma_s) + e.prologue_s + e.epilogue_s + e.fixed_s;
+    // Each core runs its tiles as a double-buffered pipeline: tile i+1
+    // loads and tile i-1 stores while tile i computes. Of T tiles, T-1
+    // steps take the slower of compute and DMA; the first tile's load and
+    // the last tile's compute and store overlap nothing.
+    let per_core = (e.dma_tiles as f64 / used).max(1.0);
+    e.tiles_per_core = per_core;
+    // Inside a program the first load and the last store overlap the
+    // neighbouring kernels' (a lone kernel pays them): only the last
+    // tile's compute is exposed.
+    e.prologue_s = if ctx.in_program {
+        0.0
+    } else {
+        read_s / per_core
+    };
+    e.epilogue_s = if ctx.in_program {
+        compute / per_core
+    } else {
+        (compute + write_s) / per_core
+    };
+    e.steady_dma_s = e.dma_s * (1.0 - 1.0 / per_core);
+    let steady = compute.max(e.dma_s) * (1.0 - 1.0 / per_core);
+    e.time_s = steady + e.prologue_s + e.epilogue_s + e.fixed_s;
     e
 }
 
@@ -680,19 +741,18 @@ pub fn explain_op(m: &Module, chip: &Chip, name: &str) -> Option<Vec<String>> {
     } else {
         "VPU"
     };
+    let dma = e.dma_s;
+    let share = 1.0 - 1.0 / e.tiles_per_core.max(1.0);
     out.push(format!(
-        "  steady state: max(compute {} [{unit}], DMA of the other tiles {}) = {} -> {}-bound",
+        "  pipeline: {:.1} tiles per core, (T-1)/T = {share:.3} of max(compute {} [{unit}], DMA {}) = {} -> {}-bound",
+        e.tiles_per_core,
         us(compute),
-        us(e.steady_dma_s),
-        us(compute.max(e.steady_dma_s)),
-        if e.steady_dma_s >= compute {
-            "DMA"
-        } else {
-            unit
-        }
+        us(dma),
+        us(compute.max(dma) * share),
+        if dma >= compute { "DMA" } else { unit }
     ));
     out.push(format!(
-        "  + prologue (first tile in) {} + epilogue (last tile out) {}",
+        "  + prologue (first tile in) {} + epilogue (last tile's compute and store; in a program only its compute) {}",
         us(e.prologue_s),
         us(e.epilogue_s)
     ));

@@ -9,14 +9,15 @@ mod score;
 use score::{load_cases, score_of, Case};
 
 /// (set, MAPE bound in %). Measured today: see bench/README.md.
-const BOUNDS: [(&str, f64); 7] = [
-    ("gemm", 13.0),
+const BOUNDS: [(&str, f64); 8] = [
+    ("gemm", 10.0),
     ("add", 6.0),
     ("exponential", 7.0),
     ("transpose", 6.0),
     ("reduce", 26.5),
     ("convert", 17.0),
-    ("batched_gemm", 15.5),
+    ("batched_gemm", 16.0),
+    ("gemm_master", 13.5),
 ];
 
 #[test]
@@ -57,7 +58,8 @@ fn the_model_beats_the_roofline_on_every_set() {
 }
 
 /// Whole-model forward passes (GPT-2, Qwen2.5-0.5B, SmolLM2-135M on v4):
-/// 9.0% MAPE since an f32 softmax's exp is recomputed by its consumers from
+/// 8.6% MAPE since matmul kernels are block pipelines (9.0% before); 9.0%
+/// since an f32 softmax's exp is recomputed by its consumers from
 /// the bf16 scores and the in-program kernel cost is measured (19.8%
 /// before, 31.4% before multi-output fusion, 105% before calls were inlined
 /// and data movement fused); the bound keeps that from sliding back.
