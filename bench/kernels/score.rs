@@ -133,41 +133,30 @@ pub const OPS: [&str; 5] = ["add", "exponential", "reduce", "transpose", "conver
 /// Every measured GEMM (1260), single op (5 x ~207) and batched GEMM (70).
 pub fn load_cases(dir: &Path) -> Result<Vec<Case>, String> {
     let mut out = Vec::new();
-    for row in read_csv(&dir.join("gemm_fusion_strat.csv"))? {
-        if field(&row, "status") != "ok" {
-            continue;
+    // The stratified set, and the older broad shape set (grid, tall, deep-K,
+    // ... shapes, many of them multiples of 128): never fitted, scored as a
+    // validation set.
+    for (set, file) in [
+        ("gemm", "gemm_fusion_strat.csv"),
+        ("gemm_master", "gemm_fusion_master.csv"),
+    ] {
+        for row in read_csv(&dir.join(file))? {
+            if field(&row, "status") != "ok" {
+                continue;
+            }
+            let (m, n, k) = (
+                num(&row, "M") as u64,
+                num(&row, "N") as u64,
+                num(&row, "K") as u64,
+            );
+            out.push(case(
+                set,
+                field(&row, "shape_class").to_string(),
+                format!("{m}x{n}x{k}"),
+                &gemm_hlo(m, n, k),
+                num(&row, "latency_us_device") * 1e-6,
+            )?);
         }
-        let (m, n, k) = (
-            num(&row, "M") as u64,
-            num(&row, "N") as u64,
-            num(&row, "K") as u64,
-        );
-        out.push(case(
-            "gemm",
-            field(&row, "shape_class").to_string(),
-            format!("{m}x{n}x{k}"),
-            &gemm_hlo(m, n, k),
-            num(&row, "latency_us_device") * 1e-6,
-        )?);
-    }
-    // The older broad shape set (grid, tall, deep-K, ... shapes, many of them
-    // multiples of 128): never fitted, scored as a validation set.
-    for row in read_csv(&dir.join("gemm_fusion_master.csv"))? {
-        if field(&row, "status") != "ok" {
-            continue;
-        }
-        let (m, n, k) = (
-            num(&row, "M") as u64,
-            num(&row, "N") as u64,
-            num(&row, "K") as u64,
-        );
-        out.push(case(
-            "gemm_master",
-            field(&row, "shape_class").to_string(),
-            format!("{m}x{n}x{k}"),
-            &gemm_hlo(m, n, k),
-            num(&row, "latency_us_device") * 1e-6,
-        )?);
     }
     for op in OPS {
         for row in read_csv(&dir.join(format!("ops/{op}_dataset.first16k.csv")))? {
