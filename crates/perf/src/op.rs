@@ -258,12 +258,14 @@ fn from_kernel(cost: tpusim_cost::InstrCost, matmuls: Vec<MatmulInfo>, e: Kernel
     // The vector unit's busiest part: its ALUs, the XLU or its load/store slots.
     let vpu_s = e.vpu_s.max(e.xlu_s).max(e.vreg_s);
     let hbm_s = e.dma_s;
-    let busiest = mxu_s.max(vpu_s).max(e.steady_dma_s);
+    // The busiest unit over the whole kernel (a kernel of one tile per core
+    // runs its DMA unoverlapped, but its DMA is still what it waits on).
+    let busiest = mxu_s.max(vpu_s).max(e.dma_s);
     let bound = if e.fixed_s > busiest {
         Bound::Overhead
     } else if busiest == mxu_s {
         Bound::Mxu
-    } else if busiest == e.steady_dma_s {
+    } else if busiest == e.dma_s {
         Bound::Hbm
     } else {
         Bound::Vpu

@@ -270,9 +270,7 @@ fn scoped_step_trace_is_well_formed() {
         );
         let e = &events(&v)[d.event];
         assert_eq!(e["args"]["opcode"], "dot");
-        // A 256³ dot inside a program: its per-kernel cost outweighs its
-        // MXU and DMA time.
-        assert_eq!(e["args"]["bound"], "overhead");
+        assert_eq!(e["args"]["bound"], "hbm");
         assert_eq!(e["args"]["flops"], 2.0 * 256.0 * 256.0 * 256.0);
         assert!(e["args"]["bytes_accessed"].as_f64().unwrap() > 0.0);
         assert_eq!(
