@@ -102,11 +102,12 @@ pub struct KernelExplain {
     pub vregs: f64,
     pub vreg_s: f64,
     pub dma_s: f64,
-    /// DMA time of all tiles but the first load and the last store.
-    pub steady_dma_s: f64,
     /// Tiles each core's pipeline runs (at least 1).
     pub tiles_per_core: f64,
+    /// The first tile's load (0 inside a program, where it overlaps the
+    /// previous kernel).
     pub prologue_s: f64,
+    /// The last tile's compute and store (inside a program, its compute).
     pub epilogue_s: f64,
     pub fixed_s: f64,
     pub time_s: f64,
@@ -652,7 +653,6 @@ pub fn kernel_time(
     } else {
         (compute + write_s) / per_core
     };
-    e.steady_dma_s = e.dma_s * (1.0 - 1.0 / per_core);
     let steady = compute.max(e.dma_s) * (1.0 - 1.0 / per_core);
     e.time_s = steady + e.prologue_s + e.epilogue_s + e.fixed_s;
     e
