@@ -76,11 +76,12 @@ def priced_chips(row: configs.Row, program: str) -> int:
 
 
 def analyze(tpusim: str, row: configs.Row, program: str, hlo_gz: pathlib.Path, tmp: pathlib.Path,
-            extra: list[str]) -> dict:
+            extra: list[str], chip_file: pathlib.Path | None = None) -> dict:
     plain = tmp / hlo_gz.name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(hlo_gz.read_bytes()))
     topology, slices = priced_placement(row, program)
-    cmd = [tpusim, "analyze", str(plain), "--chip", row.chip, "--topology", topology,
+    chip = ["--chip-file", str(chip_file)] if chip_file else ["--chip", row.chip]
+    cmd = [tpusim, "analyze", str(plain), *chip, "--topology", topology,
            "--slices", str(slices), "--json", *mesh_flags(row, program), *row.compiler_flags,
            *extra]
     t0 = time.time()

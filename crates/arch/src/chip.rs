@@ -384,8 +384,12 @@ impl TryFrom<RawWraparound> for Wraparound {
 pub struct HostLinks {
     /// Host PCIe bandwidth in one direction, bytes/s.
     pub pcie_bytes_per_s_per_direction: f64,
-    /// Data-centre network (DCN) bandwidth in one direction, bytes/s.
+    /// Data-centre network (DCN) bandwidth in one direction, bytes/s: the
+    /// NIC line rate's share per chip.
     pub dcn_bytes_per_s_per_direction: f64,
+    /// The fraction of `dcn_bytes_per_s_per_direction` that XLA's
+    /// collectives across slices achieve.
+    pub dcn_efficiency: f64,
     /// Latency of one transfer across the data-centre network, seconds.
     pub dcn_latency_s: f64,
 }

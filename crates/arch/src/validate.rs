@@ -455,6 +455,13 @@ impl Validator<'_> {
             chip.host.dcn_bytes_per_s_per_direction,
             "bytes/s",
         )?;
+        let e = chip.host.dcn_efficiency;
+        if !(e > 0.0 && e <= 1.0) {
+            return Err(self.fail(
+                "host.dcn_efficiency",
+                format!("must be a fraction in (0, 1], got {e}"),
+            ));
+        }
         self.latency("host.dcn_latency_s", chip.host.dcn_latency_s)
     }
 }

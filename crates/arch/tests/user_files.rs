@@ -178,6 +178,13 @@ fn schema_rules_name_the_field_and_position() {
             "fraction",
         ),
         (
+            "dcn_efficiency = 0.24",
+            "dcn_efficiency = 0",
+            "host.dcn_efficiency",
+            "0",
+            "fraction",
+        ),
+        (
             "kernel_launch_s = 9.0e-7",
             "kernel_launch_s = 0.9",
             "tensorcore.kernel_launch_s",

@@ -22,6 +22,10 @@ pub struct CommCost {
     pub axes: Vec<String>,
     /// The collective family (`all-gather`, ...).
     pub kind: String,
+    /// The TensorCore waits for the whole transfer at its start, even when
+    /// the op is asynchronous: nothing overlaps it (a collective across
+    /// slices, whose DCN stage runs through the hosts).
+    pub blocking: bool,
     /// What the model noticed about this collective, worth showing the user,
     /// without its name (`crosses 4 slices over DCN, ...`): the analysis
     /// names, once, every collective a note holds for.

@@ -705,6 +705,12 @@ impl<'a> Walk<'a> {
         let Some(start) = async_start_of(m, done) else {
             return;
         };
+        self.finish_started(start, acc);
+    }
+
+    /// The device waits for the in-flight collective `start`: what compute
+    /// did not hide is exposed (nothing, when it is no longer in flight).
+    fn finish_started(&mut self, start: InstrId, acc: &mut Acc) {
         let Some(k) = self.net.in_flight.iter().position(|f| f.0 == start) else {
             return;
         };
@@ -770,6 +776,10 @@ impl<'a> Walk<'a> {
         if is_async_start(ins.opcode) {
             if let Some(c) = self.comm_cost(id) {
                 self.start_async(id, &c, times);
+                if c.blocking {
+                    // The device waits for it here: nothing overlaps it.
+                    self.finish_started(id, acc);
+                }
                 return;
             }
         }

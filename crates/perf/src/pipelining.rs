@@ -14,7 +14,8 @@ const MAX_CHAIN: usize = 16;
 /// The `-done`s of async collectives, in `while` bodies, whose result only
 /// updates a loop-carried buffer: through a chain of single-use element-wise
 /// ops, converts, reshapes, transposes, slices, pads, fusions and
-/// dynamic-update-slices (at least one update) into the body's root tuple.
+/// dynamic-update-slices (at least one update) into the body's root tuple;
+/// a combined collective's tuple result qualifies when every element does.
 /// These are the formatting ops XLA's pipeliner sinks with the collective
 /// (its acceptable users: slice, dynamic-slice, pad, collective-permute,
 /// convert, reshape, all-reduce, transpose); an all-to-all stops it.
@@ -52,46 +53,68 @@ fn updates_carried_buffer(
     is_done: &impl Fn(Opcode) -> bool,
 ) -> bool {
     let root = m.comp(body).root;
-    let mut cur = done;
-    let mut updated = false;
-    for _ in 0..MAX_CHAIN {
-        let next = match users.get(&cur).map(Vec::as_slice) {
-            Some(&[u]) => u,
-            _ => return false,
+    // Chains still to follow: (op, steps taken, whether an update was seen).
+    // A tuple result (a combined collective) fans out to one chain per
+    // get-tuple-element, and every chain must reach the root.
+    let mut chains = vec![(done, 0usize, false)];
+    while let Some((cur, steps, updated)) = chains.pop() {
+        if steps >= MAX_CHAIN {
+            return false;
+        }
+        let next: &[InstrId] = users.get(&cur).map_or(&[], Vec::as_slice);
+        let fans_out = next.len() > 1
+            && next
+                .iter()
+                .all(|&u| m.instr(u).opcode == Opcode::GetTupleElement);
+        if fans_out {
+            if next.len() > MAX_CHAIN {
+                return false;
+            }
+            chains.extend(next.iter().map(|&u| (u, steps + 1, updated)));
+            continue;
+        }
+        let &[next] = next else {
+            return false;
         };
         let op = m.instr(next).opcode;
         if next == root {
-            return updated && op == Opcode::Tuple;
-        }
-        // Another async collective on the way (the all-reduce of a shard
-        // over the data axis after its reduce-scatter) is pipelined with it.
-        let passes = op.is_elementwise()
-            || is_done(op)
-            || matches!(
-                op,
-                Opcode::Reshape
-                    | Opcode::Transpose
-                    | Opcode::Slice
-                    | Opcode::DynamicSlice
-                    | Opcode::Pad
-                    | Opcode::Bitcast
-                    | Opcode::Copy
-                    | Opcode::GetTupleElement
-                    | Opcode::DynamicUpdateSlice
-                    | Opcode::Fusion
-                    | Opcode::AllReduceStart
-                    | Opcode::AllGatherStart
-                    | Opcode::CollectivePermuteStart
-                    | Opcode::AsyncStart
-                    | Opcode::AsyncUpdate
-            );
-        if !passes {
+            if updated && op == Opcode::Tuple {
+                continue;
+            }
             return false;
         }
-        updated |= is_update(m, next);
-        cur = next;
+        if !passes_through(op, is_done) {
+            return false;
+        }
+        chains.push((next, steps + 1, updated || is_update(m, next)));
     }
-    false
+    true
+}
+
+/// Ops XLA's pipeliner sinks along with a collective. Another async
+/// collective on the way (the all-reduce of a shard over the data axis after
+/// its reduce-scatter) is pipelined with it.
+fn passes_through(op: Opcode, is_done: &impl Fn(Opcode) -> bool) -> bool {
+    op.is_elementwise()
+        || is_done(op)
+        || matches!(
+            op,
+            Opcode::Reshape
+                | Opcode::Transpose
+                | Opcode::Slice
+                | Opcode::DynamicSlice
+                | Opcode::Pad
+                | Opcode::Bitcast
+                | Opcode::Copy
+                | Opcode::GetTupleElement
+                | Opcode::DynamicUpdateSlice
+                | Opcode::Fusion
+                | Opcode::AllReduceStart
+                | Opcode::AllGatherStart
+                | Opcode::CollectivePermuteStart
+                | Opcode::AsyncStart
+                | Opcode::AsyncUpdate
+        )
 }
 
 /// A dynamic-update-slice, bare or fused.

@@ -259,7 +259,7 @@ struct Replay<'a> {
     op_times: HashMap<InstrId, f64>,
     /// Each communication instruction's time from `comm` (`None`: not one it
     /// prices), asked once: a loop runs the same instruction every iteration.
-    comm_times: HashMap<InstrId, Option<f64>>,
+    comm_times: HashMap<InstrId, Option<(f64, bool)>>,
     /// Each op's operands whose dying buffer its result may take over, with
     /// the bytes that buffer must have (`None`: any; an in-place update),
     /// worked out once: a loop runs the same op every iteration.
@@ -440,9 +440,9 @@ impl Replay<'_> {
                 out
             }
             Opcode::AsyncStart => match self.comm_time(id) {
-                Some(time_s) => {
+                Some((time_s, blocking)) => {
                     let v = self.start_value(id, frame);
-                    self.start_transfer(id, time_s, Lane::Ici);
+                    self.start_comm(id, time_s, blocking);
                     v
                 }
                 None => {
@@ -501,12 +501,12 @@ impl Replay<'_> {
                 v
             }
             op if is_comm(op) => match self.comm_time(id) {
-                Some(time_s) if is_async_start(op) => {
+                Some((time_s, blocking)) if is_async_start(op) => {
                     let v = self.start_value(id, frame);
-                    self.start_transfer(id, time_s, Lane::Ici);
+                    self.start_comm(id, time_s, blocking);
                     v
                 }
-                Some(time_s) => {
+                Some((time_s, _)) => {
                     let v = self.alloc(id);
                     let start = self.clock.max(self.ici_free);
                     self.push(id, start, time_s, Lane::Ici, None);
@@ -642,12 +642,24 @@ impl Replay<'_> {
         }
     }
 
-    fn comm_time(&mut self, id: InstrId) -> Option<f64> {
+    /// The transfer time of communication op `id`, and whether the
+    /// TensorCore waits for it at its start ([`crate::CommCost::blocking`]).
+    fn comm_time(&mut self, id: InstrId) -> Option<(f64, bool)> {
         let (m, comm) = (self.m, self.comm);
         *self
             .comm_times
             .entry(id)
-            .or_insert_with(|| comm.cost(m, id).map(|c| c.time_s))
+            .or_insert_with(|| comm.cost(m, id).map(|c| (c.time_s, c.blocking)))
+    }
+
+    /// Starts the async transfer `id`; a blocking one is waited for at once.
+    fn start_comm(&mut self, id: InstrId, time_s: f64, blocking: bool) {
+        self.start_transfer(id, time_s, Lane::Ici);
+        if blocking {
+            if let Some(p) = self.pending.get(&id) {
+                self.clock = self.clock.max(p.end_s);
+            }
+        }
     }
 
     fn op_time(&mut self, id: InstrId) -> f64 {

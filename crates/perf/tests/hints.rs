@@ -147,6 +147,7 @@ impl tpusim_perf::CommModel for FixedComm {
             axes: self.axes.iter().map(|a| a.to_string()).collect(),
             kind: kind.to_string(),
             hints: Vec::new(),
+            blocking: false,
         })
     }
 

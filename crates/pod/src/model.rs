@@ -100,6 +100,10 @@ impl CommModel for PodModel {
             time_s,
             bytes: c.bytes,
             group_size: a.group_size,
+            // A group across slices waits on its DCN stage: the measured
+            // multi-slice runs slow down by the whole transfer (see the chip
+            // files' `dcn_efficiency`).
+            blocking: a.axes.iter().any(|x| x == "dcn"),
             axes: a.axes.clone(),
             kind: c.kind.name().to_string(),
             hints,
@@ -111,7 +115,19 @@ impl CommModel for PodModel {
     }
 
     fn assumptions(&self) -> Vec<String> {
-        self.placement.iter().cloned().collect()
+        let mut out: Vec<String> = self.placement.iter().cloned().collect();
+        if self.pod.slices > 1 {
+            out.push(format!(
+                "collectives across the {} slices block the TensorCore until their DCN \
+                 transfer ends, which runs at {:.3e} B/s per chip and direction: {:.0}% of \
+                 the NIC line rate (the chip file's dcn_efficiency, measured from MaxText \
+                 multi-slice runs)",
+                self.pod.slices,
+                self.pod.dcn_bw,
+                100.0 * self.pod.dcn_efficiency
+            ));
+        }
+        out
     }
 
     fn describe(&self) -> Option<String> {

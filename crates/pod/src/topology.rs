@@ -29,8 +29,11 @@ pub struct Pod {
     pub hop_latency_s: f64,
     /// Between the devices of one chip (their HBM bandwidth), bytes/s.
     pub onchip_bw: f64,
-    /// DCN bandwidth per chip and direction, bytes/s.
+    /// DCN bandwidth per chip and direction that collectives achieve
+    /// (line rate times the chip file's `dcn_efficiency`), bytes/s.
     pub dcn_bw: f64,
+    /// The fraction of the DCN line rate that `dcn_bw` is.
+    pub dcn_efficiency: f64,
     /// Latency of one DCN transfer, seconds.
     pub dcn_latency_s: f64,
     /// Location of each device id (identity when `None`).
@@ -227,7 +230,8 @@ impl Pod {
             link_bw: chip.ici.link_bandwidth_bytes_per_s_per_direction,
             hop_latency_s: chip.ici.hop_latency_s,
             onchip_bw: chip.memory.hbm_bandwidth_bytes_per_s,
-            dcn_bw: chip.host.dcn_bytes_per_s_per_direction,
+            dcn_bw: chip.host.dcn_bytes_per_s_per_direction * chip.host.dcn_efficiency,
+            dcn_efficiency: chip.host.dcn_efficiency,
             dcn_latency_s: chip.host.dcn_latency_s,
             order: None,
             mesh_splits_axes: matches!(

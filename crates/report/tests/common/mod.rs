@@ -24,6 +24,7 @@ impl CommModel for FixedComm {
             axes: vec!["x".into()],
             kind: "all-reduce".into(),
             hints: Vec::new(),
+            blocking: false,
         })
     }
 }
