@@ -33,6 +33,7 @@ mod attention;
 mod comm;
 pub mod memory;
 mod op;
+pub mod pallas;
 mod pipelining;
 pub mod schedule;
 pub mod tensorcore;

@@ -401,7 +401,7 @@ fn tiles(chip: &Chip) -> (u64, u64) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn matmul_info(
+pub(crate) fn matmul_info(
     chip: &Chip,
     dtype: MatmulDtype,
     passes: u32,

@@ -115,7 +115,8 @@ pub struct KernelExplain {
     /// shapes, or not priced at all.
     pub custom_call: Option<String>,
     /// The custom call's own (flops, transcendentals, bytes accessed; 0 bytes
-    /// for a recognized kernel, whose traffic is its operands and results).
+    /// for a recognized kernel, whose traffic the model takes from its
+    /// operands and results, or from what it reads of them).
     pub estimate: Option<(f64, f64, f64)>,
     pub notes: Vec<String>,
 }
@@ -365,54 +366,6 @@ pub fn custom_call_estimate(m: &Module, id: InstrId) -> Option<(f64, f64, f64)> 
     Some((num("flops"), num("transcendentals"), num("bytes_accessed")))
 }
 
-/// A Pallas flash-attention backward kernel, recognized from its shapes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttentionBackward {
-    /// `dq` or `dkv`.
-    pub name: &'static str,
-    /// Matmuls over each (query block, key block) pair.
-    pub matmuls: u32,
-    pub flops: f64,
-    pub transcendentals: f64,
-}
-
-/// JAX's Pallas flash attention ships a `cost_estimate` for its forward
-/// kernel only; its backward kernels read `q, k, v` (`[B, H, S, D]`, k and
-/// v alike) first, plus the forward's statistics and `do`, and return
-/// `dq` (`q`'s shape) or `(dk, dv)` (`k`'s shape each). Recomputing the
-/// scores `q·kᵀ` and `do·vᵀ` and then producing `dq = ds·k` takes three
-/// S×S matmuls; `dv = pᵀ·do` and `dk = dsᵀ·q` make the dkv kernel four.
-/// FLOPs follow the forward estimate's convention (the full S×S square,
-/// 2 flops per multiply-add; one exp per score).
-pub fn attention_backward(m: &Module, id: InstrId) -> Option<AttentionBackward> {
-    let ins = m.instr(id);
-    if ins.operands.len() < 4 {
-        return None;
-    }
-    let dims = |k: usize| m.instr(ins.operands[k]).shape.dims().to_vec();
-    let (q, k, v) = (dims(0), dims(1), dims(2));
-    let rank4 = |d: &[i64]| d.len() == 4;
-    if !(rank4(&q) && rank4(&k) && k == v && q[0] == k[0] && q[3] == k[3] && q[1] % k[1] == 0) {
-        return None;
-    }
-    let results: Vec<Vec<i64>> = match ins.shape.tuple_elements() {
-        Some(t) => t.iter().map(|s| s.dims().to_vec()).collect(),
-        None => vec![ins.shape.dims().to_vec()],
-    };
-    let (name, matmuls) = match results.as_slice() {
-        [dq] if *dq == q => ("dq", 3),
-        [dk, dv] if *dk == k && *dv == k => ("dkv", 4),
-        _ => return None,
-    };
-    let scores = (q[0] * q[1]) as f64 * q[2] as f64 * k[2] as f64;
-    Some(AttentionBackward {
-        name,
-        matmuls,
-        flops: 2.0 * f64::from(matmuls) * scores * q[3] as f64,
-        transcendentals: scores,
-    })
-}
-
 fn find_key<'a>(v: &'a serde_json::Value, key: &str, depth: u32) -> Option<&'a serde_json::Value> {
     if depth > 16 {
         return None;
@@ -495,17 +448,28 @@ pub fn kernel_time(
                      transcendentals, {bytes:.3e} bytes)"
                 ));
             }
-            None => match attention_backward(m, id) {
+            None => match crate::pallas::recognize(m, id) {
                 Some(kernel) => {
-                    // Counted as the op's flops (bytes: its operands and results).
+                    // Counted as the op's flops (bytes: its operands and
+                    // results, or what it reads of them).
                     e.estimate = Some((kernel.flops, kernel.transcendentals, 0.0));
-                    e.mxu_s += kernel.flops / chip.matmul.bf16_flops_per_s;
+                    // Its block matmuls on the MXUs, as a dot's tiles are.
+                    for &[b, m_, k_, n] in &kernel.matmuls {
+                        let flops = 2.0 * b as f64 * m_ as f64 * k_ as f64 * n as f64;
+                        let mm =
+                            crate::op::matmul_info(chip, MatmulDtype::Bf16, 1, b, m_, k_, n, flops);
+                        let s = schedule_matmul(chip, tc, &mm);
+                        e.mxu_s += s.cycles / chip.clock_hz;
+                        e.mxu.push(s);
+                    }
                     transcendentals += kernel.transcendentals;
+                    if let Some(read) = kernel.bytes_read {
+                        e.bytes_in = read;
+                    }
                     e.custom_call = Some(format!(
-                        "{target}: no cost_estimate; recognized from its shapes as a flash \
-                         attention backward kernel ({}: {} S×S matmuls, {:.3e} flops, \
-                         {:.3e} transcendentals, the forward kernel's estimate convention)",
-                        kernel.name, kernel.matmuls, kernel.flops, kernel.transcendentals
+                        "{target}: no cost_estimate; recognized from its shapes as {} ({:.3e} \
+                         flops, {:.3e} transcendentals): {}",
+                        kernel.kernel, kernel.flops, kernel.transcendentals, kernel.detail
                     ));
                 }
                 None => {

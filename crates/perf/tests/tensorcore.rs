@@ -204,26 +204,26 @@ fn flash_attention_backward_kernels_are_recognized_from_their_shapes() {
     let m = module(FLASH_BACKWARD);
     let by_name = |n: &str| {
         let id = tpusim_hlo::InstrId(m.instrs.iter().position(|i| i.name == n).unwrap() as u32);
-        tpusim_perf::tensorcore::attention_backward(&m, id)
+        tpusim_perf::pallas::flash_attention_backward(&m, id)
     };
     // Scores: batch 2 x 8 query heads x 512 queries x 1024 keys.
     let scores = 2.0 * 8.0 * 512.0 * 1024.0;
     let dq = by_name("dq").expect("dq kernel");
-    assert_eq!((dq.name, dq.matmuls), ("dq", 3));
+    assert_eq!(dq.kernel, "flash attention backward (dq)");
     assert_eq!(dq.flops, 2.0 * 3.0 * scores * 128.0);
     assert_eq!(dq.transcendentals, scores);
     let dkv = by_name("dkv").expect("dkv kernel");
-    assert_eq!((dkv.name, dkv.matmuls), ("dkv", 4));
+    assert_eq!(dkv.kernel, "flash attention backward (dkv)");
     assert_eq!(dkv.flops, 2.0 * 4.0 * scores * 128.0);
     let chip = by_id("v4").unwrap();
     let a = analyze(&m, &chip);
     let said = a.assumptions.join("\n");
     assert!(
-        said.contains("flash attention backward kernel (dq"),
+        said.contains("recognized from its shapes as flash attention backward (dq)"),
         "{said}"
     );
     assert!(
-        said.contains("flash attention backward kernel (dkv"),
+        said.contains("recognized from its shapes as flash attention backward (dkv)"),
         "{said}"
     );
     // Priced as MXU work, not as traffic only.
@@ -247,7 +247,7 @@ fn a_custom_call_shaped_otherwise_is_not_taken_for_attention() {
         );
     let m = module(&text);
     let id = tpusim_hlo::InstrId(m.instrs.iter().position(|i| i.name == "dq").unwrap() as u32);
-    assert_eq!(tpusim_perf::tensorcore::attention_backward(&m, id), None);
+    assert_eq!(tpusim_perf::pallas::flash_attention_backward(&m, id), None);
     let a = analyze(&m, &by_id("v4").unwrap());
     assert!(
         a.assumptions
