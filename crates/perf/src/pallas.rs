@@ -249,6 +249,22 @@ fn count_nonzero(m: &Module, id: InstrId) -> Option<u64> {
     }
 }
 
+/// A paged kernel's two matmuls (`q·kᵀ`, `p·v`): per (sequence, KV head)
+/// group, `rows` query rows against `pages × page` keys of depth `d`.
+fn attend(groups: i64, rows: u64, d: i64, pages: i64, page: i64) -> Vec<[u64; 4]> {
+    vec![[u(groups), rows, u(d), u(pages.saturating_mul(page))]; 2]
+}
+
+/// Bytes of every operand but those at `skip` (read whole, untiled).
+fn bytes_except(shapes: &[&Shape], skip: &[usize]) -> f64 {
+    shapes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !skip.contains(i))
+        .map(|(_, s)| product(s.dims()) * elem_bytes(s))
+        .sum()
+}
+
 /// JAX's paged attention (decode): operands `lengths [B], page_indices
 /// [B·pps], (scalars,) q [B, H, g, D], k_pages, v_pages [Hkv, P, page, D]`.
 /// Each sequence attends to its `lengths[b]` keys, runtime values: every
@@ -288,21 +304,8 @@ pub fn paged_attention(m: &Module, id: InstrId) -> Option<Recognized> {
     }
     // Per sequence and KV head: its query heads' rows against its keys.
     let rows = u(q_heads / kv_heads);
-    let matmuls = vec![
-        [
-            u(batch.saturating_mul(kv_heads)),
-            rows,
-            u(d),
-            u(pages_per_seq.saturating_mul(page)),
-        ];
-        2
-    ];
-    let small: f64 = shapes
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != first + 1 && i != first + 2)
-        .map(|(_, s)| product(s.dims()) * elem_bytes(s))
-        .sum();
+    let matmuls = attend(batch.saturating_mul(kv_heads), rows, d, pages_per_seq, page);
+    let small = bytes_except(&shapes, &[first + 1, first + 2]);
     Some(Recognized {
         kernel: "paged attention".into(),
         flops: flops_of(&matmuls),
@@ -348,21 +351,8 @@ pub fn ragged_paged_attention(m: &Module, id: InstrId) -> Option<Recognized> {
     // Per sequence and KV head: its tokens' query heads against its keys
     // (tokens spread evenly over the sequences).
     let rows = u(tokens.saturating_mul(q_heads / kv_heads)).div_ceil(u(seqs));
-    let matmuls = vec![
-        [
-            u(seqs.saturating_mul(kv_heads)),
-            rows,
-            u(d),
-            u(pages_per_seq.saturating_mul(page)),
-        ];
-        2
-    ];
-    let small: f64 = shapes
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != first + 1)
-        .map(|(_, s)| product(s.dims()) * elem_bytes(s))
-        .sum();
+    let matmuls = attend(seqs.saturating_mul(kv_heads), rows, d, pages_per_seq, page);
+    let small = bytes_except(&shapes, &[first + 1]);
     Some(Recognized {
         kernel: "ragged paged attention".into(),
         flops: flops_of(&matmuls),
