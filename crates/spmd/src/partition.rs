@@ -1126,7 +1126,8 @@ impl<'m> Partitioner<'m> {
         // XLA's propagation gives the dot the merge of what each operand
         // implies for the result, and its dot handler reshards the operands
         // to fit; where that would move more data than keeping the lhs's
-        // tiling (a partial result to reduce), the lhs keeps it.
+        // tiling (a partial result to reduce), the lhs keeps it. The lhs's
+        // candidates first, then the rhs's.
         let candidates = [
             lhs_keeping(&dims, &ls, &rs, &lg, &mesh),
             merged(&dims, &ls, &rs, &lg, &mesh, false),
@@ -1149,7 +1150,20 @@ impl<'m> Partitioner<'m> {
                 + reshard_bytes(&mesh, rg.dims(), ty_bytes(&rg), &rs, r)
                 + result
         };
-        let (lcs, rcs) = candidates
+        // Where the operands' tilings conflict, XLA's propagation
+        // (InferDotShardingFromOperands) lets the tiling a user asks of the
+        // result decide (its lookahead: here every candidate competes on
+        // the bytes that reach it); without one, the result takes the larger
+        // operand's tiling first (the lhs on a tie) and merges in the
+        // other's where the axes are still free: only that operand's
+        // candidates compete.
+        let bytes = |g: &Shape| g.dims().iter().map(|&d| d as f64).product::<f64>() * ty_bytes(g);
+        let pool = match asked {
+            Some(_) => &candidates[..],
+            None if bytes(&lg) >= bytes(&rg) => &candidates[..3],
+            None => &candidates[3..],
+        };
+        let (lcs, rcs) = pool
             .iter()
             .min_by(|a, b| cost(a).total_cmp(&cost(b)))
             .cloned()

@@ -384,3 +384,29 @@ ENTRY e {
     let values = |v: &[tpusim_interp::Value]| v[0].as_array().expect("array").to_f64s();
     assert_eq!(values(&got), values(&want));
 }
+
+/// An MLP's second dot under data x FSDP x tensor parallelism (mesh
+/// a x b x c): the lhs tiles its rows by (a, b) and K by c, the rhs K by c
+/// and its columns by b. Both claim b; no tiling is asked of the result.
+const CONFLICTING_DOT: &str = r#"HloModule conflict, num_partitions=8
+ENTRY e {
+  l = f32[16,32] parameter(0), sharding={devices=[4,2]<=[8]}
+  r = f32[32,16] parameter(1), sharding={devices=[2,2,2]<=[2,2,2]T(2,1,0) last_tile_dim_replicate}
+  ROOT d = f32[16,16] dot(l, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"#;
+
+#[test]
+fn a_dot_whose_operands_claim_one_axis_takes_the_larger_operands_tiling() {
+    // As XLA's InferDotShardingFromOperands: the larger operand's tiling
+    // goes first (the lhs on a tie), the other's only where axes are free:
+    // rows by (a, b), columns whole, partial sums over c (XLA's f32[4,16]).
+    let m = partitioned(CONFLICTING_DOT);
+    assert_eq!(shapes_of(&m, Opcode::Dot), vec![vec![4, 16]]);
+    // A larger rhs goes first instead: columns by b, rows by a.
+    let wide = CONFLICTING_DOT
+        .replace("f32[32,16] parameter(1)", "f32[32,64] parameter(1)")
+        .replace("f32[16,16] dot", "f32[16,64] dot");
+    let m = partitioned(&wide);
+    assert_eq!(shapes_of(&m, Opcode::Dot), vec![vec![8, 32]]);
+}
