@@ -6,7 +6,8 @@
 //! output can be kept for dumps.
 //!
 //! Passes, in order: trip-count annotation, call inlining, algebraic
-//! simplification (degenerate reductions), all-reduce reassociation
+//! simplification (degenerate reductions), all-reduce folding
+//! (`all-reduce(all-reduce)` over two sets of groups → one), all-reduce reassociation
 //! (`add` of two all-reduces → one all-reduce), all-reduce + dynamic-slice →
 //! reduce-scatter, dead-code elimination, collective combiners (chip
 //! thresholds), TPU fusion (`tpusim_hlo::passes::fuse`, for unfused input),
@@ -20,6 +21,7 @@ mod async_collectives;
 mod cleanup;
 mod collective_matmul;
 mod combine;
+mod fold;
 pub mod normalize;
 mod reassociate;
 mod reduce_scatter;
@@ -32,6 +34,7 @@ pub use async_collectives::convert_async_collectives;
 pub use cleanup::{annotate_trip_counts, compact, dead_code_elimination};
 pub use collective_matmul::decompose_all_gather_dots;
 pub use combine::combine_collectives;
+pub use fold::fold_all_reduces;
 pub use reassociate::reassociate_all_reduces;
 pub use reduce_scatter::all_reduce_to_reduce_scatter;
 pub use schedule::{latency_hiding_schedule, SchedulerLimits};
@@ -250,6 +253,7 @@ pub fn compile(
         })
     })?;
     p.run("algebraic-simplifier", simplify_degenerate_reductions)?;
+    p.run("all-reduce-folder", fold_all_reduces)?;
     p.run("all-reduce-reassociate", reassociate_all_reduces)?;
     p.run("reduce-scatter-creator", all_reduce_to_reduce_scatter)?;
     p.run("dce", dead_code_elimination)?;

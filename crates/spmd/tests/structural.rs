@@ -6,9 +6,10 @@
 //! case and the reason; a listed case must really differ (the list stays honest).
 //!
 //! Both sides are compared as XLA:TPU's ReduceScatterCreator leaves them,
-//! after the algebraic simplifier that makes reductions over size-1 dims
-//! reshapes (an all-reduce whose only user takes this device's shard is a
-//! reduce-scatter): XLA's partitioner emits the all-reduce and the slice,
+//! after AllReduceFolder (an all-reduce of an all-reduce over other groups is
+//! one all-reduce) and the algebraic simplifier that makes reductions over
+//! size-1 dims reshapes (an all-reduce whose only user takes this device's
+//! shard is a reduce-scatter): XLA's partitioner emits the all-reduce and the slice,
 //! tpusim's a reduce-scatter where it knows the tiling wanted, and the CPU
 //! program the reference comes from never runs those passes.
 
@@ -65,8 +66,11 @@ fn collectives_of(m: &tpusim_hlo::Module) -> Multiset {
     out
 }
 
-/// XLA:TPU's passes up to reduce-scatter creation that change collectives.
+/// XLA:TPU's passes up to reduce-scatter creation that change collectives:
+/// the folder of all-reduces over two sets of groups, the simplifier of
+/// degenerate reductions, ReduceScatterCreator.
 fn create_reduce_scatters(m: &mut tpusim_hlo::Module) {
+    tpusim_compile::fold_all_reduces(m);
     tpusim_compile::simplify_degenerate_reductions(m);
     tpusim_compile::all_reduce_to_reduce_scatter(m);
 }
