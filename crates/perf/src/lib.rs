@@ -785,8 +785,11 @@ impl<'a> Walk<'a> {
             }
         }
         if is_async_done(ins.opcode) {
+            // A blocking collective (already waited for) has nothing left
+            // to pipeline.
+            let in_flight = |s: InstrId| self.net.in_flight.iter().any(|f| f.0 == s);
             match async_start_of(m, id) {
-                Some(start) if self.is_pipelined(id) => {
+                Some(start) if in_flight(start) && self.is_pipelined(id) => {
                     self.pipelined_met += 1;
                     self.deferred.push((start, self.elapsed));
                 }
