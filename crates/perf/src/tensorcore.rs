@@ -337,6 +337,17 @@ fn mxu_schedule(chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo, swapped: bo
     }
 }
 
+/// A bf16 matmul of `flops` in the MXUs' best shape: one full weight tile
+/// per MXU (K and N of the MXU edge) and as many rows streamed through
+/// each as the flops take.
+fn dense_equivalent(chip: &Chip, flops: f64) -> MatmulInfo {
+    let d = u64::from(chip.mxu_dim().unwrap_or(128));
+    let mxus = u64::from(chip.mxus_per_device().unwrap_or(1)).max(1);
+    let per_row = 2.0 * (mxus * d * d) as f64;
+    let rows = ((flops / per_row).ceil() as u64).max(1);
+    crate::op::matmul_info(chip, MatmulDtype::Bf16, 1, mxus, rows, d, d, flops)
+}
+
 /// The cheaper of the two role assignments of a dot.
 pub fn schedule_matmul(chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo) -> MxuSchedule {
     let a = mxu_schedule(chip, tc, mm, false);
@@ -436,9 +447,15 @@ pub fn kernel_time(
         match custom_call_estimate(m, id) {
             Some((flops, trans, bytes)) => {
                 e.estimate = Some((flops, trans, bytes));
-                // A Pallas kernel's flops run on the MXU at the bf16 rate
-                // (the estimate does not say which unit); bytes as stated.
-                e.mxu_s += flops / chip.matmul.bf16_flops_per_s;
+                // A Pallas kernel's flops run on the MXUs at the bf16 rate
+                // (the estimate does not say which unit, nor the shapes):
+                // full passes of full weight tiles on every MXU, each pass
+                // paying its overhead, as a dot's; bytes as stated.
+                if flops > 0.0 {
+                    let s = schedule_matmul(chip, tc, &dense_equivalent(chip, flops));
+                    e.mxu_s += s.cycles / chip.clock_hz;
+                    e.mxu.push(s);
+                }
                 transcendentals += trans;
                 if bytes > 0.0 {
                     e.bytes_in = bytes - e.bytes_out.min(bytes);
