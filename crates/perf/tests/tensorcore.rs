@@ -126,7 +126,14 @@ fn tpu_custom_calls_are_priced_from_their_cost_estimate() {
     let chip = by_id("v4").unwrap();
     let t = root_time(CUSTOM, "v4", TimingContext::default());
     assert_eq!(t.flops, 2147483648.0);
-    assert!(t.mxu_s >= 2147483648.0 / chip.matmul.bf16_flops_per_s);
+    // Full MXU passes, each paying its overhead: above the peak's time, by
+    // about the pass overhead (16 of 128 + 16 cycles on v4) and one fill.
+    let peak = 2147483648.0 / chip.matmul.bf16_flops_per_s;
+    assert!(
+        t.mxu_s > 1.05 * peak && t.mxu_s < 1.25 * peak,
+        "{} vs {peak}",
+        t.mxu_s
+    );
     let a = analyze(&module(CUSTOM), &chip);
     assert!(
         a.assumptions
