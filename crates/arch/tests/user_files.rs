@@ -178,7 +178,7 @@ fn schema_rules_name_the_field_and_position() {
             "fraction",
         ),
         (
-            "dcn_efficiency = 0.24",
+            "dcn_efficiency = 0.25",
             "dcn_efficiency = 0",
             "host.dcn_efficiency",
             "0",
