@@ -9,10 +9,10 @@
 //! contributors of a device are the inner groups of the members of its
 //! outer group.
 
-use crate::util::{scalar_reducer_op, users, ChannelIds};
+use crate::util::{expanded_groups, scalar_reducer_op, users, ChannelIds};
 use crate::Changed;
 use rustc_hash::{FxHashMap, FxHashSet};
-use tpusim_hlo::attr::{Attr, AttrValue, ReplicaGroups};
+use tpusim_hlo::attr::{set_attr, AttrValue, ReplicaGroups};
 use tpusim_hlo::{InstrId, Instruction, Module, Opcode};
 
 /// Folds every all-reduce of a single-use all-reduce it can; returns how
@@ -22,6 +22,7 @@ pub fn fold_all_reduces(m: &mut Module) -> Changed {
     let mut folded = 0;
     for c in tpusim_hlo::passes::control_computations(m) {
         let uses = users(m, c);
+        let mut removed = FxHashSet::default();
         let order: Vec<InstrId> = m.comp(c).instrs.clone();
         for outer in order {
             let o = m.instr(outer);
@@ -48,15 +49,18 @@ pub fn fold_all_reduces(m: &mut Module) -> Changed {
             let ins = &mut m.instrs[outer.index()];
             ins.operands = vec![source];
             set_attr(
-                ins,
+                &mut ins.attrs,
                 "replica_groups",
                 AttrValue::ReplicaGroups(Box::new(ReplicaGroups::Explicit(combined))),
             );
             if let Some(id) = channel {
-                set_attr(ins, "channel_id", AttrValue::Int(id));
+                set_attr(&mut ins.attrs, "channel_id", AttrValue::Int(id));
             }
-            m.comps[c.index()].instrs.retain(|&i| i != inner);
+            removed.insert(inner);
             folded += 1;
+        }
+        if !removed.is_empty() {
+            m.comps[c.index()].instrs.retain(|i| !removed.contains(i));
         }
     }
     Changed::count(folded, |n| {
@@ -91,10 +95,7 @@ fn foldable(m: &Module, inner: &Instruction, outer: &Instruction) -> bool {
 /// An all-reduce's groups as lists of ids; `None` when it names none (all
 /// devices: XLA folds only listed groups).
 fn groups(ins: &Instruction) -> Option<Vec<Vec<i64>>> {
-    match ins.attr("replica_groups") {
-        Some(AttrValue::ReplicaGroups(g)) => Some(g.expand()).filter(|g| !g.is_empty()),
-        _ => None,
-    }
+    expanded_groups(ins).filter(|g| !g.is_empty())
 }
 
 /// The groups of one all-reduce equal to `inner` then `outer`, or `None`
@@ -146,16 +147,6 @@ fn combine_groups(inner: &[Vec<i64>], outer: &[Vec<i64>]) -> Option<Vec<Vec<i64>
     }
     sets.sort_by_key(|s| s.first().copied());
     Some(sets)
-}
-
-fn set_attr(ins: &mut Instruction, name: &'static str, value: AttrValue) {
-    match ins.attrs.iter_mut().find(|a| a.name == name) {
-        Some(a) => a.value = value,
-        None => ins.attrs.push(Attr {
-            name: name.into(),
-            value,
-        }),
-    }
 }
 
 #[cfg(test)]

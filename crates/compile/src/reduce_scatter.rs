@@ -12,8 +12,8 @@
 //! whole, so the rewrite is exact and the ops then run on the shard only.
 
 use crate::util::{
-    all_names, control_computations, group_size, push_instr, replace_all_uses, replace_uses,
-    resized, sort_attrs, topo_sort, users,
+    all_names, control_computations, expanded_groups, group_size, push_instr, replace_all_uses,
+    replace_uses, resized, sort_attrs, topo_sort, users,
 };
 use crate::Changed;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -357,15 +357,6 @@ fn others_uniform(m: &Module, path: &SinkPath, ar: InstrId) -> bool {
 
 /// How far up its operands a value is followed to show it uniform.
 const MAX_UNIFORM_DEPTH: u32 = 16;
-
-/// A collective's device groups as lists of ids (`Some(vec![])`: all devices).
-fn expanded_groups(ins: &Instruction) -> Option<Vec<Vec<i64>>> {
-    match ins.attr("replica_groups") {
-        None => Some(Vec::new()),
-        Some(AttrValue::ReplicaGroups(g)) => Some(g.expand()),
-        Some(_) => None,
-    }
-}
 
 /// Which values hold the same on every device of each of `ours`.
 struct Uniformity {

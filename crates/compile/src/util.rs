@@ -233,3 +233,12 @@ pub(crate) fn resized(shape: &Shape, dim: usize, size: i64) -> Shape {
     }
     s
 }
+
+/// A collective's device groups as lists of ids (`Some(vec![])`: all devices).
+pub(crate) fn expanded_groups(ins: &Instruction) -> Option<Vec<Vec<i64>>> {
+    match ins.attr("replica_groups") {
+        None => Some(Vec::new()),
+        Some(AttrValue::ReplicaGroups(g)) => Some(g.expand()),
+        Some(_) => None,
+    }
+}

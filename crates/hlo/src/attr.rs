@@ -391,6 +391,17 @@ pub struct Attr {
     pub value: AttrValue,
 }
 
+/// Sets attribute `name` of `attrs` to `value`, adding it when absent.
+pub fn set_attr(attrs: &mut Vec<Attr>, name: &'static str, value: AttrValue) {
+    match attrs.iter_mut().find(|a| a.name == name) {
+        Some(a) => a.value = value,
+        None => attrs.push(Attr {
+            name: std::borrow::Cow::Borrowed(name),
+            value,
+        }),
+    }
+}
+
 /// Order in which XLA prints attributes (HLO_GRAMMAR §8); lower prints first.
 /// Unknown attributes keep their relative order after the opcode-specific ones.
 pub fn print_rank(name: &str) -> u32 {

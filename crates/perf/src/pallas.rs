@@ -18,7 +18,6 @@ use tpusim_hlo::{InstrId, Module, Opcode, PrimitiveType, Shape};
 pub struct Recognized {
     /// What it is, e.g. `splash attention forward`.
     pub kernel: String,
-    pub flops: f64,
     pub transcendentals: f64,
     /// Its matmuls as the MXU runs them, `[batch, m, k, n]` each (flops:
     /// `2·batch·m·k·n` summed).
@@ -30,11 +29,14 @@ pub struct Recognized {
     pub detail: String,
 }
 
-fn flops_of(matmuls: &[[u64; 4]]) -> f64 {
-    matmuls
-        .iter()
-        .map(|&[b, m, k, n]| 2.0 * b as f64 * m as f64 * k as f64 * n as f64)
-        .sum()
+impl Recognized {
+    /// Its flops: `2·batch·m·k·n` over its matmuls.
+    pub fn flops(&self) -> f64 {
+        self.matmuls
+            .iter()
+            .map(|&[b, m, k, n]| 2.0 * b as f64 * m as f64 * k as f64 * n as f64)
+            .sum()
+    }
 }
 
 fn u(x: i64) -> u64 {
@@ -116,7 +118,6 @@ pub fn flash_attention_backward(m: &Module, id: InstrId) -> Option<Recognized> {
     let matmuls = vec![[u(q[0].saturating_mul(q[1])), u(q[2]), u(q[3]), u(k[2])]; count];
     Some(Recognized {
         kernel: format!("flash attention backward ({name})"),
-        flops: flops_of(&matmuls),
         transcendentals: scores,
         matmuls,
         bytes_read: None,
@@ -225,7 +226,6 @@ pub fn splash_attention(m: &Module, id: InstrId) -> Option<Recognized> {
     let matmuls = vec![[computed, u(bq), u(d), u(bkv)]; count];
     Some(Recognized {
         kernel: format!("splash attention {phase}"),
-        flops: flops_of(&matmuls),
         transcendentals: pairs,
         matmuls,
         bytes_read: None,
@@ -308,7 +308,6 @@ pub fn paged_attention(m: &Module, id: InstrId) -> Option<Recognized> {
     let small = bytes_except(&shapes, &[first + 1, first + 2]);
     Some(Recognized {
         kernel: "paged attention".into(),
-        flops: flops_of(&matmuls),
         transcendentals: pairs,
         matmuls,
         bytes_read: Some(kv_read + small),
@@ -355,7 +354,6 @@ pub fn ragged_paged_attention(m: &Module, id: InstrId) -> Option<Recognized> {
     let small = bytes_except(&shapes, &[first + 1]);
     Some(Recognized {
         kernel: "ragged paged attention".into(),
-        flops: flops_of(&matmuls),
         transcendentals: pairs,
         matmuls,
         bytes_read: Some(kv_read + small),
@@ -401,7 +399,7 @@ ENTRY e {{
         let r = first_custom_call(&splash("1,4,4", "2,512,128", "2,512,128")).unwrap();
         assert_eq!(r.kernel, "splash attention forward");
         // 2 heads x 16 blocks of 128x128, two matmuls of depth 128.
-        assert_eq!(r.flops, 2.0 * 2.0 * (2.0 * 16.0 * 128.0 * 128.0) * 128.0);
+        assert_eq!(r.flops(), 2.0 * 2.0 * (2.0 * 16.0 * 128.0 * 128.0) * 128.0);
         assert!(r.detail.contains("not a constant"), "{}", r.detail);
     }
 

@@ -55,9 +55,15 @@ fn updates_carried_buffer(
     let root = m.comp(body).root;
     // Chains still to follow: (op, steps taken, whether an update was seen).
     // A tuple result (a combined collective) fans out to one chain per
-    // get-tuple-element, and every chain must reach the root.
+    // get-tuple-element, and every chain must reach the root. An op reached
+    // again in the same state is followed once (chains that join do not
+    // multiply the walk).
     let mut chains = vec![(done, 0usize, false)];
+    let mut seen: HashSet<(InstrId, bool)> = HashSet::new();
     while let Some((cur, steps, updated)) = chains.pop() {
+        if !seen.insert((cur, updated)) {
+            continue;
+        }
         if steps >= MAX_CHAIN {
             return false;
         }

@@ -121,6 +121,18 @@ pub struct KernelExplain {
     pub notes: Vec<String>,
 }
 
+impl KernelExplain {
+    /// Schedules `mm` on the MXUs and adds its time; returns its pipeline
+    /// blocks.
+    fn run_on_mxus(&mut self, chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo) -> u64 {
+        let s = schedule_matmul(chip, tc, mm);
+        self.mxu_s += s.cycles / chip.clock_hz;
+        let blocks = s.blocks;
+        self.mxu.push(s);
+        blocks
+    }
+}
+
 /// Bytes of one array in the TPU's tiled layout (see the module doc).
 pub fn tiled_bytes(ty: PrimitiveType, dims: &[i64], lanes: u64) -> f64 {
     let width = ty.byte_size().max(1);
@@ -452,9 +464,7 @@ pub fn kernel_time(
                 // full passes of full weight tiles on every MXU, each pass
                 // paying its overhead, as a dot's; bytes as stated.
                 if flops > 0.0 {
-                    let s = schedule_matmul(chip, tc, &dense_equivalent(chip, flops));
-                    e.mxu_s += s.cycles / chip.clock_hz;
-                    e.mxu.push(s);
+                    e.run_on_mxus(chip, tc, &dense_equivalent(chip, flops));
                 }
                 transcendentals += trans;
                 if bytes > 0.0 {
@@ -469,15 +479,13 @@ pub fn kernel_time(
                 Some(kernel) => {
                     // Counted as the op's flops (bytes: its operands and
                     // results, or what it reads of them).
-                    e.estimate = Some((kernel.flops, kernel.transcendentals, 0.0));
+                    e.estimate = Some((kernel.flops(), kernel.transcendentals, 0.0));
                     // Its block matmuls on the MXUs, as a dot's tiles are.
                     for &[b, m_, k_, n] in &kernel.matmuls {
                         let flops = 2.0 * b as f64 * m_ as f64 * k_ as f64 * n as f64;
                         let mm =
                             crate::op::matmul_info(chip, MatmulDtype::Bf16, 1, b, m_, k_, n, flops);
-                        let s = schedule_matmul(chip, tc, &mm);
-                        e.mxu_s += s.cycles / chip.clock_hz;
-                        e.mxu.push(s);
+                        e.run_on_mxus(chip, tc, &mm);
                     }
                     transcendentals += kernel.transcendentals;
                     if let Some(read) = kernel.bytes_read {
@@ -486,7 +494,10 @@ pub fn kernel_time(
                     e.custom_call = Some(format!(
                         "{target}: no cost_estimate; recognized from its shapes as {} ({:.3e} \
                          flops, {:.3e} transcendentals): {}",
-                        kernel.kernel, kernel.flops, kernel.transcendentals, kernel.detail
+                        kernel.kernel,
+                        kernel.flops(),
+                        kernel.transcendentals,
+                        kernel.detail
                     ));
                 }
                 None => {
@@ -544,10 +555,8 @@ pub fn kernel_time(
             ));
             continue;
         }
-        let s = schedule_matmul(chip, tc, mm);
-        e.mxu_s += s.cycles / clock;
-        blocks = blocks.saturating_add(s.blocks);
-        e.mxu.push(s);
+        let pipeline_blocks = e.run_on_mxus(chip, tc, mm);
+        blocks = blocks.saturating_add(pipeline_blocks);
     }
     if let Some(results) = lane_reduction_results(m, id).filter(|&r| r > lanes) {
         // A reduction over the lane dim leaves one value per sublane row; a

@@ -39,12 +39,7 @@ pub fn attr(name: &'static str, value: AttrValue) -> Attr {
     }
 }
 
-pub fn set_attr(attrs: &mut Vec<Attr>, name: &'static str, value: AttrValue) {
-    match attrs.iter_mut().find(|a| a.name == name) {
-        Some(a) => a.value = value,
-        None => attrs.push(attr(name, value)),
-    }
-}
+pub use tpusim_hlo::attr::set_attr;
 
 fn zero_literal(ty: PrimitiveType) -> Literal {
     Literal::Array(if ty == PrimitiveType::Pred {
