@@ -935,6 +935,23 @@ impl Out {
             }
             s.reducer = None;
         }
+        // Tile counts that only trade places between dims: all-to-alls that
+        // swap them, then one collective-permute into the target's device
+        // order (XLA's ReshardWithAllToAll and ReshardWithCollectivePermute).
+        if s.partial.is_empty() && reduce_last.is_none() {
+            if let Some(moves) = swap_plan(&mesh, global, &s, to) {
+                for (src, dst, moving) in moves {
+                    cur = self.move_tiling(cb, cur, src, dst, &moving);
+                    let keep = s.dims[src].len() - moving.len();
+                    s.dims[src].truncate(keep);
+                    s.dims[dst].extend(&moving);
+                }
+                if s != *to {
+                    cur = self.permute_tiles(cb, cur, &s, to);
+                }
+                return Ok(cur);
+            }
+        }
         // All-to-all: the minor tiling of one dim moves to another.
         for a in 0..s.rank() {
             let lcp = common_prefix(&s.dims[a], &to.dims[a]);
@@ -955,11 +972,7 @@ impl Out {
                 }
             });
             if let Some(b) = target {
-                let parts = i64::from(mesh.count(&moving));
-                let mut padded = self.dims(cur);
-                padded[b] = ceil_div(padded[b], parts) * parts;
-                cur = self.pad_high(cb, cur, &padded);
-                cur = self.all_to_all(cb, cur, a, b, &moving);
+                cur = self.move_tiling(cb, cur, a, b, &moving);
                 s.dims[a].truncate(lcp);
                 s.dims[b].extend(&moving);
             }
@@ -1026,6 +1039,158 @@ impl Out {
         }
         Ok(cur)
     }
+}
+
+impl Out {
+    /// Moves the tiling by `moving` (the minor end of dim `src`'s) to the
+    /// minor end of dim `dst`'s, padding `dst` to a multiple of the parts.
+    fn move_tiling(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        src: usize,
+        dst: usize,
+        moving: &[Axis],
+    ) -> InstrId {
+        let parts = i64::from(self.mesh.count(moving));
+        let mut padded = self.dims(x);
+        padded[dst] = ceil_div(padded[dst], parts) * parts;
+        let x = self.pad_high(cb, x, &padded);
+        self.all_to_all(cb, x, src, dst, moving)
+    }
+
+    /// Sends each device's tile to the device that holds the same tile (and
+    /// the same replica) under `to`: `from` and `to` tile every dim into as
+    /// many parts, over different axes. Every device is a pair, itself
+    /// included, as in XLA's collective-permute.
+    fn permute_tiles(&mut self, cb: &mut CompB, x: InstrId, from: &Sh, to: &Sh) -> InstrId {
+        let mesh = &self.mesh;
+        let place = |sh: &Sh, d: u32| -> u64 {
+            let unused: Vec<Axis> = mesh.axes().filter(|a| !sh.used().contains(a)).collect();
+            sh.dims
+                .iter()
+                .chain(std::iter::once(&unused))
+                .fold(0u64, |acc, axes| {
+                    acc * u64::from(mesh.count(axes)) + u64::from(mesh.index(d, axes))
+                })
+        };
+        let mut holder = vec![0i64; mesh.n as usize];
+        for d in 0..mesh.n {
+            if let Some(slot) = holder.get_mut(place(to, d) as usize) {
+                *slot = i64::from(d);
+            }
+        }
+        let pairs: Vec<Vec<i64>> = (0..mesh.n)
+            .map(|d| vec![i64::from(d), holder[place(from, d) as usize]])
+            .collect();
+        let ch = self.fresh_channel();
+        let shape = self.shape(x).clone();
+        self.emit(
+            cb,
+            "collective-permute",
+            Opcode::CollectivePermute,
+            shape,
+            vec![x],
+            vec![
+                attr("channel_id", AttrValue::Int(ch)),
+                attr("source_target_pairs", AttrValue::IntLists(pairs)),
+            ],
+        )
+    }
+}
+
+/// XLA's all-to-all resharding (GetReshardAllToAllSourceTargetDims): when
+/// the dims whose tile counts differ between `s` and `to` hold the same
+/// counts, only in other dims, each all-to-all swaps one dim's count into
+/// place; what is left differs in device order only. Returns the moves
+/// (source dim, target dim, the minor axes of the source that move), or
+/// `None` when the counts do not trade places or a move does not divide.
+fn swap_plan(
+    mesh: &Mesh,
+    global: &[i64],
+    s: &Sh,
+    to: &Sh,
+) -> Option<Vec<(usize, usize, Vec<Axis>)>> {
+    use std::collections::BTreeMap;
+    if s == to || s.total_tiles(mesh) != to.total_tiles(mesh) || !to.partial.is_empty() {
+        return None;
+    }
+    let mut have: Vec<u32> = (0..s.rank()).map(|d| s.tiles(mesh, d)).collect();
+    let want: Vec<u32> = (0..to.rank()).map(|d| to.tiles(mesh, d)).collect();
+    let mut src_by_count: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    let mut dst_by_count: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for d in (0..have.len()).filter(|&d| have[d] != want[d]) {
+        src_by_count.entry(have[d]).or_default().push(d);
+        dst_by_count.entry(want[d]).or_default().push(d);
+    }
+    let same_spread = src_by_count.len() == dst_by_count.len()
+        && src_by_count
+            .iter()
+            .all(|(c, ds)| dst_by_count.get(c).is_some_and(|t| t.len() == ds.len()));
+    if !same_spread {
+        return None;
+    }
+    let mut dims = s.dims.clone();
+    let mut moves = Vec::new();
+    // Each step puts one dim's count in place, so rank steps suffice.
+    for _ in 0..=have.len() {
+        let Some(i) = (0..have.len())
+            .filter(|&d| have[d] != want[d])
+            .min_by_key(|&d| (have[d], std::cmp::Reverse(d)))
+        else {
+            return (!moves.is_empty() || dims != to.dims).then_some(moves);
+        };
+        let (count_i, want_i) = (have[i], want[i]);
+        if want_i % count_i != 0 {
+            return None;
+        }
+        // The dim whose count `i` wants: preferably one that wants `i`'s
+        // count back (one swap settles both), or, when `i` is untiled, one
+        // that stays tiled (its leftover tiling serves another dim).
+        let candidates: Vec<usize> = (0..have.len())
+            .filter(|&d| d != i && have[d] != want[d] && have[d] == want_i)
+            .collect();
+        let preferred = |d: usize| {
+            if count_i == 1 {
+                want[d] != 1
+            } else {
+                want[d] == count_i
+            }
+        };
+        let j = *candidates
+            .iter()
+            .find(|&&d| preferred(d))
+            .or(candidates.first())?;
+        let factor = want_i / count_i;
+        let moving = minor_axes_with_count(mesh, &dims[j], factor)?;
+        let even_src = global[j] % i64::from(have[j]) == 0;
+        let even_dst = dims[i].is_empty() || global[i] % i64::from(want_i) == 0;
+        if !even_src || !even_dst {
+            return None;
+        }
+        let keep = dims[j].len() - moving.len();
+        dims[j].truncate(keep);
+        dims[i].extend(&moving);
+        have[j] /= factor;
+        have[i] *= factor;
+        moves.push((j, i, moving));
+    }
+    None
+}
+
+/// The minor end of `axes` whose sizes multiply to `count`, if one does.
+fn minor_axes_with_count(mesh: &Mesh, axes: &[Axis], count: u32) -> Option<Vec<Axis>> {
+    let mut prod = 1u32;
+    for k in (0..=axes.len()).rev() {
+        if prod == count {
+            return Some(axes[k..].to_vec());
+        }
+        if k == 0 || prod > count {
+            break;
+        }
+        prod *= mesh.size(axes[k - 1]);
+    }
+    None
 }
 
 /// Where partial sums over `partial` on tiling `s` are reduce-scattered on

@@ -1,7 +1,9 @@
-//! Property: resharding between any two shardings of an array (even or uneven
-//! dims, any assignment of a 2x2x2 mesh's axes to its dims, in any order)
-//! moves data and nothing else: the partitioned identity program, run on 8
-//! simulated devices, returns its input.
+//! Properties of resharding between any two shardings of an array (even or
+//! uneven dims, any assignment of a 2x2x2 mesh's axes to its dims, in any
+//! order): it moves data and nothing else (the partitioned identity program,
+//! run on 8 simulated devices, returns its input), and shardings whose tile
+//! counts only trade places between dims reshard as XLA does, by all-to-alls
+//! and a collective-permute, never by gathering.
 
 use proptest::prelude::*;
 use tpusim_interp::{Array, GlobalRun, Value};
@@ -11,19 +13,75 @@ use tpusim_spmd::{partition, PartitionOptions};
 /// A sharding of a rank-2 array: each of the 3 factor axes goes to dim 0,
 /// dim 1 or nowhere, in a random order.
 fn sharding() -> impl Strategy<Value = Sh> {
+    sharding_of_rank(2)
+}
+
+/// A sharding of a rank-`rank` array: each of the 3 factor axes goes to one
+/// of its dims or nowhere, in a random order.
+fn sharding_of_rank(rank: usize) -> impl Strategy<Value = Sh> {
     (
-        prop::collection::vec(0usize..3, 3),
+        prop::collection::vec(0usize..=rank, 3),
         Just(vec![0u8, 1, 2]).prop_shuffle(),
     )
-        .prop_map(|(place, order)| {
-            let mut sh = Sh::replicated(2);
+        .prop_map(move |(place, order)| {
+            let mut sh = Sh::replicated(rank);
             for a in order {
-                if place[a as usize] < 2 {
+                if place[a as usize] < rank {
                     sh.dims[place[a as usize]].push(a);
                 }
             }
             sh
         })
+}
+
+/// The dims' tile counts of `sh`, sorted: two shardings whose sorted counts
+/// (and replication) agree differ by counts trading places between dims.
+fn sorted_counts(sh: &Sh, mesh: &Mesh) -> Vec<u32> {
+    let mut c: Vec<u32> = (0..sh.rank()).map(|d| sh.tiles(mesh, d)).collect();
+    c.sort_unstable();
+    c
+}
+
+/// The identity program from `from` to `to` over an 8-device mesh, partitioned.
+fn partitioned_copy(from: &Sh, to: &Sh, dims: &[i64]) -> Result<tpusim_hlo::Module, TestCaseError> {
+    let mesh = Mesh::new(vec![("devices".into(), 8)]);
+    let shape = dims
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let hlo = format!(
+        "HloModule r, num_partitions=1\nENTRY e {{\n  p = f32[{shape}] parameter(0), sharding={}\n  ROOT c = f32[{shape}] copy(p), sharding={}\n}}\n",
+        text(from, &mesh),
+        text(to, &mesh)
+    );
+    let m = tpusim_hlo::parse_module(&hlo).unwrap();
+    partition(
+        &m,
+        &PartitionOptions {
+            num_devices: Some(8),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| TestCaseError::fail(e.to_string()))
+}
+
+/// Runs the partitioned identity program on `dims` and checks it returns its input.
+fn check_identity(p: &tpusim_hlo::Module, dims: &[i64]) -> Result<(), TestCaseError> {
+    let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+    let vals: Vec<f32> = (0..dims.iter().product::<usize>())
+        .map(|v| v as f32)
+        .collect();
+    let input = Array::from_f32s(tpusim_hlo::PrimitiveType::F32, dims.clone(), vals.clone());
+    let opts = GlobalRun {
+        output_dims: Some(vec![dims]),
+        ..Default::default()
+    };
+    let out = tpusim_interp::run_global(p, vec![Value::Array(input)], &opts)
+        .map_err(|e| TestCaseError::fail(format!("{e}\n{}", tpusim_hlo::print_module(p))))?;
+    let got = out[0].as_array().unwrap().to_f32s();
+    prop_assert_eq!(got, vals, "{}", tpusim_hlo::print_module(p));
+    Ok(())
 }
 
 fn text(sh: &Sh, mesh: &Mesh) -> String {
@@ -49,21 +107,23 @@ proptest! {
     })]
     #[test]
     fn resharding_preserves_values(from in sharding(), to in sharding(), d0 in 5i64..9, d1 in 3i64..9) {
+        let p = partitioned_copy(&from, &to, &[d0, d1])?;
+        check_identity(&p, &[d0, d1])?;
+    }
+
+    #[test]
+    fn traded_tile_counts_reshard_without_gathering(from in sharding_of_rank(3), to in sharding_of_rank(3)) {
         let mesh = Mesh::new(vec![("devices".into(), 8)]);
-        let hlo = format!(
-            "HloModule r, num_partitions=1\nENTRY e {{\n  p = f32[{d0},{d1}] parameter(0), sharding={}\n  ROOT c = f32[{d0},{d1}] copy(p), sharding={}\n}}\n",
-            text(&from, &mesh),
-            text(&to, &mesh)
-        );
-        let m = tpusim_hlo::parse_module(&hlo).unwrap();
-        let p = partition(&m, &PartitionOptions { num_devices: Some(8), ..Default::default() }).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let dims = vec![d0 as usize, d1 as usize];
-        let vals: Vec<f32> = (0..d0 * d1).map(|v| v as f32).collect();
-        let input = Array::from_f32s(tpusim_hlo::PrimitiveType::F32, dims.clone(), vals.clone());
-        let opts = GlobalRun { output_dims: Some(vec![dims.clone()]), ..Default::default() };
-        let out = tpusim_interp::run_global(&p, vec![Value::Array(input)], &opts)
-            .map_err(|e| TestCaseError::fail(format!("{e}\n{}", tpusim_hlo::print_module(&p))))?;
-        let got = out[0].as_array().unwrap().to_f32s();
-        prop_assert_eq!(got, vals, "{}", tpusim_hlo::print_module(&p));
+        let traded = from != to
+            && from.total_tiles(&mesh) == to.total_tiles(&mesh)
+            && sorted_counts(&from, &mesh) == sorted_counts(&to, &mesh);
+        prop_assume!(traded);
+        let dims = [8, 4, 16];
+        let p = partitioned_copy(&from, &to, &dims)?;
+        check_identity(&p, &dims)?;
+        let gathers = p.instrs.iter().filter(|i| {
+            matches!(i.opcode, tpusim_hlo::Opcode::AllGather | tpusim_hlo::Opcode::DynamicSlice)
+        });
+        prop_assert_eq!(gathers.count(), 0, "{}", tpusim_hlo::print_module(&p));
     }
 }
