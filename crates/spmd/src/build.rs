@@ -1105,7 +1105,7 @@ impl Out {
 /// place; what is left differs in device order only. Returns the moves
 /// (source dim, target dim, the minor axes of the source that move), or
 /// `None` when the counts do not trade places or a move does not divide.
-fn swap_plan(
+pub(crate) fn swap_plan(
     mesh: &Mesh,
     global: &[i64],
     s: &Sh,

@@ -2297,8 +2297,27 @@ fn dot_result(d: &DotDims, lcs: &Sh, rcs: &Sh, rank: usize) -> Sh {
 
 /// Bytes per device a reshard from `from` to `to` receives over the network
 /// (a first-order estimate: data of axes that leave their dim must be
-/// gathered or exchanged; slicing is free).
+/// gathered or exchanged; slicing is free). Tile counts that trade places
+/// move by all-to-alls (each sends all but its own share) and a
+/// collective-permute (the whole shard), as `Out::reshard` does it.
 fn reshard_bytes(mesh: &crate::mesh::Mesh, g: &[i64], elem: f64, from: &Sh, to: &Sh) -> f64 {
+    if from.partial.is_empty() {
+        if let Some(moves) = crate::build::swap_plan(mesh, g, from, to) {
+            let local: f64 = from.local_dims(mesh, g).iter().map(|&x| x as f64).product();
+            let mut after = from.clone();
+            let swapped: f64 = moves
+                .iter()
+                .map(|(src, dst, moving)| {
+                    let keep = after.dims[*src].len() - moving.len();
+                    after.dims[*src].truncate(keep);
+                    after.dims[*dst].extend(moving);
+                    local * elem * (1.0 - 1.0 / f64::from(mesh.count(moving)))
+                })
+                .sum();
+            let permuted = if after == *to { 0.0 } else { local * elem };
+            return swapped + permuted;
+        }
+    }
     let moved: Vec<Axis> = from
         .dims
         .iter()
