@@ -211,7 +211,7 @@ pub fn run(args: &Args) -> Result<bool> {
                     };
                     let (prepared, mut a) =
                         args.compile.analyze(&p.module, &chip, comm, &cancel)?;
-                    a.assumptions.splice(0..0, p.note.iter().cloned());
+                    a.assumptions.splice(0..0, p.notes.iter().cloned());
                     Ok((prepared, a))
                 })
                 .collect::<Result<_>>()

@@ -57,7 +57,7 @@ pub fn run(args: &Args) -> Result<bool> {
     for ((m, _), folder) in modules.into_iter().zip(&folders) {
         let input::ForPricing {
             module: m,
-            note,
+            notes,
             mesh,
         } = input::partition_if_needed(m, &cancel)?;
         let m = &m;
@@ -73,7 +73,7 @@ pub fn run(args: &Args) -> Result<bool> {
         };
         let views = crate::progress::with_spinner("simulating", || -> Result<Views> {
             let (prepared, mut analysis) = args.compile.analyze(m, &chip, comm, &cancel)?;
-            analysis.assumptions.splice(0..0, note.iter().cloned());
+            analysis.assumptions.splice(0..0, notes.iter().cloned());
             Ok(tpusim_views::write_views(
                 &prepared.module,
                 &chip,

@@ -1492,6 +1492,29 @@ fn analyze_explain_prints_how_one_op_was_timed() {
 /// `tpusim partition` prints the per-device module of a JAX pre-partition
 /// program; `analyze` and `run` partition it themselves (and say so).
 #[test]
+fn an_embedding_lookup_whose_table_and_tokens_claim_one_axis_is_an_assumption() {
+    // FSDP without activation constraints: the table tiles its embed dim and
+    // the tokens their batch over "fsdp"; the report says where XLA's
+    // propagation would part from tpusim's. A data-parallel step
+    // (tfm_sgd_dp8, the table replicated) has no conflict and says nothing.
+    let report = |case: &str| {
+        let pre = testdata(&format!("spmd_cases/{case}/pre.hlo"));
+        let o = tpusim(&["analyze", &pre, "--chip", "v5e"], None);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let out = report("tfm_sgd_fsdp8");
+    assert!(
+        out.contains("the gathered operand (an embedding table) and the indices tile two")
+            && out.contains("mesh axis 'fsdp'")
+            && out.contains("with_sharding_constraint"),
+        "{out}"
+    );
+    let out = report("tfm_sgd_dp8");
+    assert!(!out.contains("gathered operand"), "{out}");
+}
+
+#[test]
 fn unpartitioned_sharded_modules_are_partitioned_by_tpusim() {
     let pre = testdata("corpus/jax_cases/tp_column_row/pre.hlo");
     let o = tpusim(&["partition", &pre], None);

@@ -127,13 +127,16 @@ fn analyze_json(
     Ok(interruptible(py, &cancel, || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "analyze")?;
-        let tpusim_spmd::ForPricing { module, note, mesh } =
-            load::partition_if_needed(module, &cancel)?;
+        let tpusim_spmd::ForPricing {
+            module,
+            notes,
+            mesh,
+        } = load::partition_if_needed(module, &cancel)?;
         let pod = pod_args.model(&chip, &module, mesh.as_deref(), &cancel)?;
         let comm = pod::comm(&pod);
         let (_, mut analysis) =
             compiled_analysis(&module, &chip, comm, as_given, collective_matmul, &cancel)?;
-        analysis.assumptions.splice(0..0, note);
+        analysis.assumptions.splice(0..0, notes);
         to_json(&analysis, "analysis")
     })?)
 }
@@ -176,13 +179,16 @@ fn trace_views(
     Ok(interruptible(py, &cancel, || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "trace")?;
-        let tpusim_spmd::ForPricing { module, note, mesh } =
-            load::partition_if_needed(module, &cancel)?;
+        let tpusim_spmd::ForPricing {
+            module,
+            notes,
+            mesh,
+        } = load::partition_if_needed(module, &cancel)?;
         let pod = pod_args.model(&chip, &module, mesh.as_deref(), &cancel)?;
         let comm = pod::comm(&pod);
         let (prepared, mut analysis) =
             compiled_analysis(&module, &chip, comm, as_given, collective_matmul, &cancel)?;
-        analysis.assumptions.splice(0..0, note);
+        analysis.assumptions.splice(0..0, notes);
         let opts = tpusim_views::ViewsOptions {
             generator: format!("tpusim {} (Python)", env!("CARGO_PKG_VERSION")),
             existing: if force {

@@ -255,8 +255,9 @@ const MAX_ROUNDS: usize = 3;
 pub struct ForPricing {
     /// The per-device module (the input itself when it needed no partitioning).
     pub module: Module,
-    /// The assumption line the analyses report, when it was partitioned.
-    pub note: Option<String>,
+    /// The assumption lines the analyses report, when it was partitioned:
+    /// that it was, and where its propagation may part from XLA's.
+    pub notes: Vec<String>,
     /// The logical mesh its device ids number ([`mesh_shape`]), when it was
     /// partitioned.
     pub mesh: Option<Vec<u32>>,
@@ -272,14 +273,14 @@ pub fn partition_for_pricing(
     if !needs_partitioning(&module) {
         return Ok(ForPricing {
             module,
-            note: None,
+            notes: Vec::new(),
             mesh: None,
         });
     }
     let named = mesh_of(&module, options)?;
     let sdy = has_sdy_mesh(&module)?;
     let mesh = shape_of(&module, &named, sdy);
-    let partitioned = partition(&module, options)?;
+    let (partitioned, conflicts) = partition_noting_conflicts(&module, options)?;
     let devices: u32 = named.iter().map(|a| a.1).product();
     let mesh_text = if sdy {
         let axes: Vec<String> = named.iter().map(|(n, s)| format!("{n}={s}")).collect();
@@ -291,11 +292,13 @@ pub fn partition_for_pricing(
             sizes.join("x")
         )
     };
+    let mut notes = vec![format!(
+        "partitioned by tpusim's SPMD partitioner for {devices} devices ({mesh_text})"
+    )];
+    notes.extend(conflict_note(&conflicts));
     Ok(ForPricing {
         module: partitioned,
-        note: Some(format!(
-            "partitioned by tpusim's SPMD partitioner for {devices} devices ({mesh_text})"
-        )),
+        notes,
         mesh: Some(mesh),
     })
 }
@@ -304,6 +307,34 @@ pub fn partition_for_pricing(
 /// `options.num_devices` (or the module's own device count). The result is
 /// verified and carries the original parameter and result shardings.
 pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, SpmdError> {
+    partition_noting_conflicts(module, options).map(|(m, _)| m)
+}
+
+/// The assumption line for gathers whose operand and indices tile two dims
+/// of an unconstrained result over one mesh axis (`(op, axis)` pairs), if any.
+fn conflict_note(conflicts: &[(String, String)]) -> Option<String> {
+    let ((op, axis), rest) = conflicts.split_first()?;
+    let others = match rest.len() {
+        0 => String::new(),
+        n => format!(" and {n} more op(s)"),
+    };
+    Some(format!(
+        "{op}{others}: the gathered operand (an embedding table) and the indices tile two \
+         different dims of the result over mesh axis '{axis}' and nothing constrains the \
+         result; tpusim keeps the indices' (batch) tiling, XLA's Shardy propagation drops \
+         both and the result takes what later ops ask (FSDP weights: their embed tiling, \
+         the batch replicated on every device, many times the communication and memory \
+         predicted here); constrain the activations with jax.lax.with_sharding_constraint, \
+         as MaxText does"
+    ))
+}
+
+/// [`partition`], also returning the ops where its propagation may part from
+/// Shardy's (see [`partition::Partitioner::conflicts`]).
+pub fn partition_noting_conflicts(
+    module: &Module,
+    options: &PartitionOptions,
+) -> Result<(Module, Vec<(String, String)>), SpmdError> {
     let named = mesh_of(module, options)?;
     check_axis_names(module, &named)?;
     let mesh = mesh_for(module, named);
@@ -337,6 +368,8 @@ pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, 
         hints.extend(fresh);
     };
     options.cancel.check()?;
+    let mut conflicts = p.conflicts;
+    conflicts.dedup();
     let mut out = p.out.m;
     finish_module(&mut out, module.entry, new_entry, &root_sh, &mesh, n)?;
     // Values resharded by redoing their producer leave the original unused,
@@ -358,7 +391,7 @@ pub fn partition(module: &Module, options: &PartitionOptions) -> Result<Module, 
                 .join("; ")
         ))
     })?;
-    Ok(parsed)
+    Ok((parsed, conflicts))
 }
 
 /// The mesh of factor axes: named axes as declared; a single unnamed axis

@@ -97,6 +97,19 @@ impl Mesh {
         self.sizes[a as usize]
     }
 
+    /// The named axis factor axis `a` belongs to (`"data"`), for messages.
+    pub fn axis_name(&self, a: Axis) -> String {
+        let mut first = 0usize;
+        for (name, size) in &self.named {
+            let factors = prime_factors(*size).len();
+            if (a as usize) < first + factors {
+                return name.clone();
+            }
+            first += factors;
+        }
+        format!("axis {a}")
+    }
+
     /// Product of the sizes of `axes`.
     pub fn count(&self, axes: &[Axis]) -> u32 {
         axes.iter().map(|&a| self.size(a)).product()

@@ -66,6 +66,12 @@ pub struct Partitioner<'m> {
     pub loop_hints: FxHashMap<(InstrId, usize), Sh>,
     /// Checked before each instruction is partitioned.
     pub cancel: tpusim_hlo::Cancel,
+    /// Gathers whose operand and indices tile two different dims of the
+    /// unconstrained result over the same mesh axis: (op, axis). tpusim
+    /// keeps the indices' tiling; Shardy's propagation gives neither, and
+    /// later ops decide (a dot's operand tilings conflict as often, but its
+    /// neighbours settle the result in Shardy's fixed point as in tpusim).
+    pub conflicts: Vec<(String, String)>,
 }
 
 fn leaves_of(shape: &Shape) -> Vec<Shape> {
@@ -99,6 +105,7 @@ impl<'m> Partitioner<'m> {
             wanted_after_loop: FxHashMap::default(),
             loop_hints: FxHashMap::default(),
             cancel: tpusim_hlo::Cancel::default(),
+            conflicts: Vec::new(),
         }
     }
 
@@ -1191,6 +1198,38 @@ impl<'m> Partitioner<'m> {
         self.local_op(cb, ins, vec![x, y], out, ins.attrs.clone())
     }
 
+    /// Records that `ins`'s operands tile two different dims of its result
+    /// over `axes`, unless the result's sharding is given (an annotation on
+    /// it or a sharding constraint on its value): Shardy's propagation then
+    /// drops both claims (a conflict across factors) and the result takes
+    /// the tiling later ops ask for, where tpusim keeps one operand's.
+    fn note_conflict(&mut self, ins: &Instruction, axes: &[Axis]) {
+        let Some(&a) = axes.first() else { return };
+        if ins.sharding().is_some() || self.constrained(ins) {
+            return;
+        }
+        let axis = self.out.mesh.axis_name(a);
+        self.conflicts.push((ins.name.clone(), axis));
+    }
+
+    /// Whether a sharding constraint (`custom_call_target="Sharding"`) reads
+    /// the value of `ins` in its computation.
+    fn constrained(&self, ins: &Instruction) -> bool {
+        let Some(k) = self.src.instrs.iter().position(|i| std::ptr::eq(i, ins)) else {
+            return false;
+        };
+        let id = InstrId(k as u32);
+        self.src.comps.iter().any(|c| {
+            c.instrs.contains(&id)
+                && c.instrs.iter().any(|&u| {
+                    let user = self.src.instr(u);
+                    user.opcode == Opcode::CustomCall
+                        && user.operands.contains(&id)
+                        && user.attr_ident("custom_call_target") == Some("Sharding")
+                })
+        })
+    }
+
     fn reduce(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {
         let n = ops.len() / 2;
         let rdims: Vec<usize> = ins
@@ -1579,6 +1618,11 @@ impl<'m> Partitioner<'m> {
             .collect();
         let mut used = idx_sh.used();
         let os = ops[0].sh[0].without_partial();
+        let claimed_twice: Vec<Axis> = window
+            .iter()
+            .flat_map(|&d| os.dims[d].iter().filter(|a| used.contains(a)).copied())
+            .collect();
+        self.note_conflict(ins, &claimed_twice);
         for &d in &window {
             let whole = slice_sizes.get(d) == og.dims().get(d);
             if whole && !index_map.contains(&d) {
