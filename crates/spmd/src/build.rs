@@ -588,6 +588,23 @@ impl Out {
         self.slice(cb, x, sl)
     }
 
+    /// `x` sent along `pairs` (`[source, target]` device ids).
+    fn collective_permute(&mut self, cb: &mut CompB, x: InstrId, pairs: Vec<Vec<i64>>) -> InstrId {
+        let ch = self.fresh_channel();
+        let shape = self.shape(x).clone();
+        self.emit(
+            cb,
+            "collective-permute",
+            Opcode::CollectivePermute,
+            shape,
+            vec![x],
+            vec![
+                attr("channel_id", AttrValue::Int(ch)),
+                attr("source_target_pairs", AttrValue::IntLists(pairs)),
+            ],
+        )
+    }
+
     /// Sends `x` one step along `axes` (to the next device when `forward`,
     /// else to the previous); the devices at the end receive zeros, or, when
     /// `cyclic`, the value of the device at the other end.
@@ -618,19 +635,7 @@ impl Out {
                     .collect::<Vec<_>>()
             })
             .collect();
-        let ch = self.fresh_channel();
-        let shape = self.shape(x).clone();
-        self.emit(
-            cb,
-            "collective-permute",
-            Opcode::CollectivePermute,
-            shape,
-            vec![x],
-            vec![
-                attr("channel_id", AttrValue::Int(ch)),
-                attr("source_target_pairs", AttrValue::IntLists(pairs)),
-            ],
-        )
+        self.collective_permute(cb, x, pairs)
     }
 
     /// The local value `x`, tiled along `dim` by `axes`, with a halo of the
@@ -1083,19 +1088,7 @@ impl Out {
         let pairs: Vec<Vec<i64>> = (0..mesh.n)
             .map(|d| vec![i64::from(d), holder[place(from, d) as usize]])
             .collect();
-        let ch = self.fresh_channel();
-        let shape = self.shape(x).clone();
-        self.emit(
-            cb,
-            "collective-permute",
-            Opcode::CollectivePermute,
-            shape,
-            vec![x],
-            vec![
-                attr("channel_id", AttrValue::Int(ch)),
-                attr("source_target_pairs", AttrValue::IntLists(pairs)),
-            ],
-        )
+        self.collective_permute(cb, x, pairs)
     }
 }
 
