@@ -1070,23 +1070,31 @@ impl Out {
     /// included, as in XLA's collective-permute.
     fn permute_tiles(&mut self, cb: &mut CompB, x: InstrId, from: &Sh, to: &Sh) -> InstrId {
         let mesh = &self.mesh;
-        let place = |sh: &Sh, d: u32| -> u64 {
-            let unused: Vec<Axis> = mesh.axes().filter(|a| !sh.used().contains(a)).collect();
-            sh.dims
-                .iter()
-                .chain(std::iter::once(&unused))
-                .fold(0u64, |acc, axes| {
-                    acc * u64::from(mesh.count(axes)) + u64::from(mesh.index(d, axes))
-                })
+        // A device's place: its tile index in each dim, then its index among
+        // the devices holding the same tile (the axes the sharding leaves out).
+        let digits = |sh: &Sh| -> Vec<Vec<Axis>> {
+            let used = sh.used();
+            let mut d = sh.dims.clone();
+            d.push(mesh.axes().filter(|a| !used.contains(a)).collect());
+            d
+        };
+        let (from_digits, to_digits) = (digits(from), digits(to));
+        let place = |digits: &[Vec<Axis>], d: u32| -> u64 {
+            digits.iter().fold(0u64, |acc, axes| {
+                acc * u64::from(mesh.count(axes)) + u64::from(mesh.index(d, axes))
+            })
         };
         let mut holder = vec![0i64; mesh.n as usize];
         for d in 0..mesh.n {
-            if let Some(slot) = holder.get_mut(place(to, d) as usize) {
+            if let Some(slot) = holder.get_mut(place(&to_digits, d) as usize) {
                 *slot = i64::from(d);
             }
         }
         let pairs: Vec<Vec<i64>> = (0..mesh.n)
-            .map(|d| vec![i64::from(d), holder[place(from, d) as usize]])
+            .map(|d| {
+                let target = holder.get(place(&from_digits, d) as usize).copied();
+                vec![i64::from(d), target.unwrap_or(i64::from(d))]
+            })
             .collect();
         self.collective_permute(cb, x, pairs)
     }
