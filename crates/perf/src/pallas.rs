@@ -32,11 +32,13 @@ pub struct Recognized {
 impl Recognized {
     /// Its flops: `2·batch·m·k·n` over its matmuls.
     pub fn flops(&self) -> f64 {
-        self.matmuls
-            .iter()
-            .map(|&[b, m, k, n]| 2.0 * b as f64 * m as f64 * k as f64 * n as f64)
-            .sum()
+        self.matmuls.iter().map(matmul_flops).sum()
     }
+}
+
+/// The flops of one `[batch, m, k, n]` matmul: `2·batch·m·k·n`.
+pub fn matmul_flops(&[b, m, k, n]: &[u64; 4]) -> f64 {
+    2.0 * b as f64 * m as f64 * k as f64 * n as f64
 }
 
 fn u(x: i64) -> u64 {

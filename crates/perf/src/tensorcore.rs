@@ -481,8 +481,8 @@ pub fn kernel_time(
                     // results, or what it reads of them).
                     e.estimate = Some((kernel.flops(), kernel.transcendentals, 0.0));
                     // Its block matmuls on the MXUs, as a dot's tiles are.
-                    for &[b, m_, k_, n] in &kernel.matmuls {
-                        let flops = 2.0 * b as f64 * m_ as f64 * k_ as f64 * n as f64;
+                    for shape @ &[b, m_, k_, n] in &kernel.matmuls {
+                        let flops = crate::pallas::matmul_flops(shape);
                         let mm =
                             crate::op::matmul_info(chip, MatmulDtype::Bf16, 1, b, m_, k_, n, flops);
                         e.run_on_mxus(chip, tc, &mm);

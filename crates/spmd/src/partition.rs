@@ -863,7 +863,7 @@ impl<'m> Partitioner<'m> {
             Slice | Pad | Reverse | Sort | DynamicSlice | DynamicUpdateSlice | Concatenate => {
                 self.dim_constrained(cb, ins, ops)
             }
-            Gather => self.gather(cb, ins, ops),
+            Gather => self.gather(cb, i, ops),
             Scatter => self.scatter(cb, i, ops),
             While => self.while_loop(cb, i, ins, ops),
             Call => {
@@ -1198,14 +1198,15 @@ impl<'m> Partitioner<'m> {
         self.local_op(cb, ins, vec![x, y], out, ins.attrs.clone())
     }
 
-    /// Records that `ins`'s operands tile two different dims of its result
+    /// Records that `id`'s operands tile two different dims of its result
     /// over `axes`, unless the result's sharding is given (an annotation on
     /// it or a sharding constraint on its value): Shardy's propagation then
     /// drops both claims (a conflict across factors) and the result takes
     /// the tiling later ops ask for, where tpusim keeps one operand's.
-    fn note_conflict(&mut self, ins: &Instruction, axes: &[Axis]) {
+    fn note_conflict(&mut self, id: InstrId, axes: &[Axis]) {
         let Some(&a) = axes.first() else { return };
-        if ins.sharding().is_some() || self.constrained(ins) {
+        let ins = self.src.instr(id);
+        if ins.sharding().is_some() || self.constrained(id) {
             return;
         }
         let axis = self.out.mesh.axis_name(a);
@@ -1213,20 +1214,12 @@ impl<'m> Partitioner<'m> {
     }
 
     /// Whether a sharding constraint (`custom_call_target="Sharding"`) reads
-    /// the value of `ins` in its computation.
-    fn constrained(&self, ins: &Instruction) -> bool {
-        let Some(k) = self.src.instrs.iter().position(|i| std::ptr::eq(i, ins)) else {
-            return false;
-        };
-        let id = InstrId(k as u32);
-        self.src.comps.iter().any(|c| {
-            c.instrs.contains(&id)
-                && c.instrs.iter().any(|&u| {
-                    let user = self.src.instr(u);
-                    user.opcode == Opcode::CustomCall
-                        && user.operands.contains(&id)
-                        && user.attr_ident("custom_call_target") == Some("Sharding")
-                })
+    /// the value `id` (operands name values of their own computation).
+    fn constrained(&self, id: InstrId) -> bool {
+        self.src.instrs.iter().any(|user| {
+            user.opcode == Opcode::CustomCall
+                && user.operands.contains(&id)
+                && user.attr_ident("custom_call_target") == Some("Sharding")
         })
     }
 
@@ -1575,8 +1568,9 @@ impl<'m> Partitioner<'m> {
         self.reshard_val(cb, &v, &ins.shape, &back)
     }
 
-    fn gather(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {
+    fn gather(&mut self, cb: &mut CompB, id: InstrId, ops: &[Val]) -> Result<Val, SpmdError> {
         let src = self.src;
+        let ins = src.instr(id);
         let og = src.instr(ins.operands[0]).shape.clone();
         let ig = src.instr(ins.operands[1]).shape.clone();
         let offset: Vec<usize> = ins
@@ -1622,7 +1616,7 @@ impl<'m> Partitioner<'m> {
             .iter()
             .flat_map(|&d| os.dims[d].iter().filter(|a| used.contains(a)).copied())
             .collect();
-        self.note_conflict(ins, &claimed_twice);
+        self.note_conflict(id, &claimed_twice);
         for &d in &window {
             let whole = slice_sizes.get(d) == og.dims().get(d);
             if whole && !index_map.contains(&d) {
