@@ -1213,14 +1213,82 @@ impl<'m> Partitioner<'m> {
         self.conflicts.push((ins.name.clone(), axis));
     }
 
-    /// Whether a sharding constraint (`custom_call_target="Sharding"`) reads
-    /// the value `id` (operands name values of their own computation).
+    /// Whether the value `id` reaches a sharding before any op reshapes it:
+    /// a `Sharding` constraint or an annotated op, following it through
+    /// elementwise ops of its shape, copies, tuples and the results of the
+    /// calls that return it (JAX wraps `jnp.take` in a call and constrains
+    /// its result in the caller). Shardy's pass-through propagation carries
+    /// such a sharding back to `id`, so its operands' claims do not decide it.
     fn constrained(&self, id: InstrId) -> bool {
-        self.src.instrs.iter().any(|user| {
-            user.opcode == Opcode::CustomCall
-                && user.operands.contains(&id)
-                && user.attr_ident("custom_call_target") == Some("Sharding")
-        })
+        let m = self.src;
+        let mut users: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
+        let mut callers: FxHashMap<CompId, Vec<InstrId>> = FxHashMap::default();
+        for (i, ins) in m.instrs.iter().enumerate() {
+            let user = InstrId(i as u32);
+            for &o in &ins.operands {
+                users.entry(o).or_default().push(user);
+            }
+            if ins.opcode == Opcode::Call {
+                for c in ins.called_computations() {
+                    callers.entry(c).or_default().push(user);
+                }
+            }
+        }
+        let roots: FxHashMap<InstrId, CompId> = m.comp_ids().map(|c| (m.comp(c).root, c)).collect();
+        let shape = &m.instr(id).shape;
+        // Values as (instruction, tuple index): a tuple's element `k` is
+        // followed to the `get-tuple-element`s of index `k` that read it.
+        let mut stack: Vec<(InstrId, Option<i64>)> = vec![(id, None)];
+        let mut seen: rustc_hash::FxHashSet<(InstrId, Option<i64>)> = Default::default();
+        while let Some(v) = stack.pop() {
+            if !seen.insert(v) {
+                continue;
+            }
+            let (at, index) = v;
+            if index.is_some() {
+                if let Some(c) = roots.get(&at) {
+                    stack.extend(
+                        callers
+                            .get(c)
+                            .into_iter()
+                            .flatten()
+                            .map(|&call| (call, index)),
+                    );
+                }
+            }
+            for &u in users.get(&at).into_iter().flatten() {
+                let user = m.instr(u);
+                let next = match (index, user.opcode) {
+                    (None, Opcode::CustomCall)
+                        if user.attr_ident("custom_call_target") == Some("Sharding") =>
+                    {
+                        return true;
+                    }
+                    (None, Opcode::Tuple) => user
+                        .operands
+                        .iter()
+                        .position(|&o| o == at)
+                        .map(|k| (u, Some(k as i64))),
+                    (Some(k), Opcode::GetTupleElement) if user.attr_int("index") == Some(k) => {
+                        Some((u, None))
+                    }
+                    (None, op)
+                        if (op.is_elementwise() || op == Opcode::Copy)
+                            && user.shape.dims() == shape.dims() =>
+                    {
+                        Some((u, None))
+                    }
+                    _ => None,
+                };
+                if let Some((n, k)) = next {
+                    if k.is_none() && m.instr(n).sharding().is_some() {
+                        return true;
+                    }
+                    stack.push((n, k));
+                }
+            }
+        }
+        false
     }
 
     fn reduce(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Result<Val, SpmdError> {

@@ -410,3 +410,48 @@ fn a_dot_whose_operands_claim_one_axis_takes_the_larger_operands_tiling() {
     let m = partitioned(&wide);
     assert_eq!(shapes_of(&m, Opcode::Dot), vec![vec![8, 32]]);
 }
+
+/// An embedding lookup as JAX writes `jnp.take`: the gather inside a call,
+/// its result returned in a tuple, selected against NaN for out-of-range ids
+/// and, in one variant, constrained by the caller after the call.
+fn take_in_a_call(constraint: &str) -> String {
+    format!(
+        r#"HloModule take, num_partitions=4
+_take {{
+  table = f32[64,16] parameter(0)
+  ids = s32[8,8,1] parameter(1)
+  g = f32[8,8,16] gather(table, ids), offset_dims={{2}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=2, slice_sizes={{1,16}}
+  ok = pred[8,8,16] parameter(2)
+  nanv = f32[] constant(nan)
+  nans = f32[8,8,16] broadcast(nanv), dimensions={{}}
+  s = f32[8,8,16] select(ok, g, nans)
+  ROOT t = (f32[8,8,16], s32[8,8,1]) tuple(s, ids)
+}}
+
+ENTRY e {{
+  table = f32[64,16] parameter(0), sharding={{devices=[1,4]<=[4]}}
+  ids = s32[8,8,1] parameter(1), sharding={{devices=[4,1,1]<=[4]}}
+  ok = pred[8,8,16] parameter(2), sharding={{devices=[4,1,1]<=[4]}}
+  c = (f32[8,8,16], s32[8,8,1]) call(table, ids, ok), to_apply=_take
+  x = f32[8,8,16] get-tuple-element(c), index=0
+  {constraint}
+}}
+"#
+    )
+}
+
+#[test]
+fn a_lookup_constrained_after_the_call_that_wraps_it_is_no_propagation_conflict() {
+    let conflicts = |root: &str| {
+        let m = tpusim_hlo::parse_module(&take_in_a_call(root)).expect("test module parses");
+        tpusim_spmd::partition_noting_conflicts(&m, &PartitionOptions::default())
+            .expect("partitions")
+            .1
+    };
+    let constrained = conflicts(
+        r#"ROOT y = f32[8,8,16] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1,1]<=[4]}"#,
+    );
+    assert!(constrained.is_empty(), "{constrained:?}");
+    let free = conflicts("ROOT y = f32[8,8,16] negate(x)");
+    assert_eq!(free.len(), 1, "{free:?}");
+}
