@@ -165,6 +165,10 @@ impl<'m> Partitioner<'m> {
         let Some(s) = ins.sharding() else {
             return Ok(None);
         };
+        if fully_manual(ins) {
+            // Per-device as written: nothing to reshard it to.
+            return Ok(None);
+        }
         let leaves = leaves_of(&ins.shape);
         let singles: Vec<&SingleSharding> = match s {
             Sharding::Single(x) => vec![x; leaves.len()],
@@ -907,7 +911,10 @@ impl<'m> Partitioner<'m> {
                 self.replicated_fallback(cb, ins, ops)
             }
             AllReduce | CollectivePermute
-                if !self.manual.is_empty() && ops.len() == 1 && ops[0].sh.len() == 1 =>
+                if !self.manual.is_empty()
+                    && !fully_manual(ins)
+                    && ops.len() == 1
+                    && ops[0].sh.len() == 1 =>
             {
                 // Over manual axes only: each device exchanges its own tile
                 // of the free axes with its manual peers (same free index).
@@ -922,7 +929,7 @@ impl<'m> Partitioner<'m> {
             }
             AllReduce | AllGather | ReduceScatter | AllToAll | CollectivePermute
             | CollectiveBroadcast
-                if !self.manual.is_empty() =>
+                if !self.manual.is_empty() || fully_manual(ins) =>
             {
                 // Inside a shard_map body values are per-device already; the
                 // program's own collectives stay as written.
@@ -2188,6 +2195,13 @@ impl<'m> Partitioner<'m> {
             _ => self.replicated_fallback(cb, ins, ops),
         }
     }
+}
+
+/// Whether `ins` is annotated `{manual}`: XLA's form of a shard_map body
+/// after propagation (between `SPMDFullToShardShape` and
+/// `SPMDShardToFullShape`), whose values are per-device already.
+fn fully_manual(ins: &Instruction) -> bool {
+    matches!(ins.sharding(), Some(Sharding::Single(s)) if s.kind == tpusim_hlo::attr::ShardingKind::Manual)
 }
 
 /// A spatial dim of a windowed op kept tiled with a halo exchange.

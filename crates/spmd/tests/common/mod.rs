@@ -46,7 +46,12 @@ pub struct Output {
 /// Partitions `dir/pre.hlo`, runs it on global `inputs.npz` and pairs each
 /// result with `outputs.npz`'s (dims checked equal).
 pub fn run_outputs(dir: &Path) -> Result<Vec<Output>, String> {
-    let text = std::fs::read_to_string(dir.join("pre.hlo")).map_err(err)?;
+    run_outputs_of(dir, "pre.hlo")
+}
+
+/// [`run_outputs`] for another module of the case (`xla_propagated.hlo`).
+pub fn run_outputs_of(dir: &Path, file: &str) -> Result<Vec<Output>, String> {
+    let text = std::fs::read_to_string(dir.join(file)).map_err(err)?;
     let pre = tpusim_hlo::parse_module(&text).map_err(|e| e.message.clone())?;
     let post = partition(&pre, &PartitionOptions::default()).map_err(err)?;
     let shapes = pre.entry_parameter_shapes();
@@ -90,7 +95,12 @@ pub fn run_outputs(dir: &Path) -> Result<Vec<Output>, String> {
 
 /// Partitions `dir/pre.hlo`, runs it on global `inputs.npz`, compares with `outputs.npz`.
 pub fn run_case(dir: &Path) -> Result<(), String> {
-    for (k, o) in run_outputs(dir)?.iter().enumerate() {
+    run_case_of(dir, "pre.hlo")
+}
+
+/// [`run_case`] for another module of the case (`xla_propagated.hlo`).
+pub fn run_case_of(dir: &Path, file: &str) -> Result<(), String> {
+    for (k, o) in run_outputs_of(dir, file)?.iter().enumerate() {
         // bf16 programs round every intermediate: a different (but equally
         // valid) summation order of partial results moves f32 outputs too.
         let tol = if o.low_precision { 2e-2 } else { 1e-4 };
