@@ -332,6 +332,20 @@ pub fn read_sharding(s: &SingleSharding, rank: usize, mesh: &Mesh) -> Result<Sh,
     }
 }
 
+/// The free part of a partially manual sharding (`last_tile_dims={manual}`:
+/// XLA's form of a shard_map body over some of the mesh axes): its manual
+/// tile dims made replicated ones, so that it reads as the tiling over the
+/// free axes.
+pub fn free_part(s: &SingleSharding) -> SingleSharding {
+    let mut free = s.clone();
+    for t in &mut free.last_tile_dims {
+        if t == "manual" {
+            *t = "replicated".into();
+        }
+    }
+    free
+}
+
 fn read_tiled(
     ta: &TileAssignment,
     s: &SingleSharding,

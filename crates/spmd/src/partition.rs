@@ -4,7 +4,7 @@
 //! is emitted on per-device shapes after resharding its operands as it needs.
 
 use crate::build::{attr, scatter_target, set_attr, without, CompB, Out};
-use crate::mesh::{read_sharding, Axis, ReadError, Sh};
+use crate::mesh::{free_part, read_sharding, Axis, ReadError, Sh};
 use crate::SpmdError;
 use rustc_hash::FxHashMap;
 use tpusim_hlo::attr::{Sharding, SingleSharding, SliceDim};
@@ -168,6 +168,10 @@ impl<'m> Partitioner<'m> {
         if fully_manual(ins) {
             // Per-device as written: nothing to reshard it to.
             return Ok(None);
+        }
+        if let Some(free) = partially_manual(ins) {
+            let sh = self.read(ins, &free_part(free), ins.shape.rank())?;
+            return Ok(Some(vec![sh]));
         }
         let leaves = leaves_of(&ins.shape);
         let singles: Vec<&SingleSharding> = match s {
@@ -911,7 +915,7 @@ impl<'m> Partitioner<'m> {
                 self.replicated_fallback(cb, ins, ops)
             }
             AllReduce | CollectivePermute
-                if !self.manual.is_empty()
+                if (!self.manual.is_empty() || partially_manual(ins).is_some())
                     && !fully_manual(ins)
                     && ops.len() == 1
                     && ops[0].sh.len() == 1 =>
@@ -2165,12 +2169,13 @@ impl<'m> Partitioner<'m> {
             "xla.sdy.LocalToGlobalShape" => self.local_to_global(cb, ins, ops),
             "SPMDFullToShardShape" => {
                 // The operand went through a `Sharding` custom-call to its tiled
-                // sharding: its local value is the shard the region works on.
+                // sharding: its local value is the shard the region works on,
+                // tiled over the free axes of a partially manual region.
                 let rank = ins.shape.rank();
-                Ok(Val {
-                    id: ops[0].id,
-                    sh: vec![Sh::replicated(rank)],
-                })
+                let sh = self
+                    .annotation(ins)?
+                    .unwrap_or_else(|| vec![Sh::replicated(rank)]);
+                Ok(Val { id: ops[0].id, sh })
             }
             "SPMDShardToFullShape" => {
                 let to = self.annotation(ins)?.ok_or_else(|| {
@@ -2202,6 +2207,16 @@ impl<'m> Partitioner<'m> {
 /// `SPMDShardToFullShape`), whose values are per-device already.
 fn fully_manual(ins: &Instruction) -> bool {
     matches!(ins.sharding(), Some(Sharding::Single(s)) if s.kind == tpusim_hlo::attr::ShardingKind::Manual)
+}
+
+/// The sharding of `ins` when it is partially manual (`last_tile_dims`
+/// naming `manual`): a value of XLA's form of a shard_map body over some
+/// mesh axes, per-device over those and tiled over the others.
+fn partially_manual(ins: &Instruction) -> Option<&SingleSharding> {
+    match ins.sharding() {
+        Some(Sharding::Single(s)) if s.last_tile_dims.iter().any(|t| t == "manual") => Some(s),
+        _ => None,
+    }
 }
 
 /// A spatial dim of a windowed op kept tiled with a halo exchange.

@@ -202,3 +202,23 @@ fn a_set_cancel_flag_stops_partitioning_with_cancelled() {
         SpmdError::Cancelled(tpusim_hlo::Cancelled)
     );
 }
+
+#[test]
+fn a_partially_manual_sharding_with_the_wrong_tile_count_names_the_instruction() {
+    // XLA's form of a shard_map body over one of two axes: 2 free tiles x 2
+    // manual ones on an 8-device module.
+    let text = "HloModule m, num_partitions=8\nENTRY e {\n  x.1 = f32[8,8] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n  ROOT n.1 = f32[8,8] negate(x.1), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}\n}\n";
+    let e = partition_text(text, None).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SpmdError::TileCount {
+                tiles: 4,
+                devices: 8,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("n.1"), "{e}");
+}
