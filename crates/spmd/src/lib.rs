@@ -129,9 +129,37 @@ fn largest_tiling(m: &Module) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// Whether an op other than a parameter or a computation's root carries a
+/// sharding over more than one device: XLA's module after sharding
+/// propagation (every op annotated, global shapes, `num_partitions=N`). The
+/// SPMD partitioner's output keeps shardings on parameters and roots only.
+fn annotated_intermediates(m: &Module) -> bool {
+    let roots: rustc_hash::FxHashSet<_> = m.comps.iter().map(|c| c.root).collect();
+    m.instrs.iter().enumerate().any(|(k, i)| {
+        i.parameter_number.is_none()
+            && !roots.contains(&tpusim_hlo::InstrId(k as u32))
+            && match i.sharding() {
+                Some(Sharding::Single(s)) => spans_devices(s),
+                Some(Sharding::Tuple(t)) => t.iter().any(spans_devices),
+                None => false,
+            }
+    })
+}
+
+/// A sharding over more than one device: tiled into several tiles, or manual.
+fn spans_devices(s: &SingleSharding) -> bool {
+    use tpusim_hlo::attr::ShardingKind::{Manual, Tiled};
+    match &s.kind {
+        Tiled(ta) => ta.dims.iter().product::<i64>() > 1,
+        Manual => true,
+        _ => false,
+    }
+}
+
 /// Whether `m` is an unpartitioned program that carries sharding annotations
 /// for more than one device (a Shardy mesh or tiled shardings without
-/// `num_partitions`, or GSPMD's `Sharding` custom calls).
+/// `num_partitions`, GSPMD's `Sharding` custom calls, or XLA's propagated
+/// form: shardings on intermediate ops and no collectives).
 pub fn needs_partitioning(m: &Module) -> bool {
     let mesh_devices = match sdy_mesh(m) {
         Ok(Some(axes)) => axes.iter().map(|a| u64::from(a.1)).product::<u64>(),
@@ -152,7 +180,8 @@ pub fn needs_partitioning(m: &Module) -> bool {
         .any(|i| i.opcode.category() == tpusim_hlo::OpCategory::Collective);
     let unpartitioned_tiling =
         m.config.num_partitions.unwrap_or(1) <= 1 && !has_collectives && largest_tiling(m) > 1;
-    mesh_devices > 1 || has_marker || unpartitioned_tiling
+    let propagated = !has_collectives && annotated_intermediates(m);
+    mesh_devices > 1 || has_marker || unpartitioned_tiling || propagated
 }
 
 /// The mesh (named axes) `m` is partitioned over.

@@ -336,3 +336,31 @@ fn every_collective_of_a_partitioned_case_has_its_own_channel() {
         }
     }
 }
+
+/// XLA's partitioned modules are recognized as partitioned, and its
+/// propagated ones (shardings on intermediate ops, global shapes) as work
+/// for the partitioner, whatever `num_partitions` says. A propagated module
+/// whose only shardings sit on parameters and the root reads as partitioned
+/// (the two forms are the same text then): the count below says how many.
+#[test]
+fn propagated_modules_need_partitioning_and_partitioned_ones_do_not() {
+    let (mut cases, mut propagated) = (0, 0);
+    for dir in structure_cases() {
+        let read = |f: &str| {
+            let text = std::fs::read_to_string(dir.join(f)).unwrap();
+            tpusim_hlo::parse_module(&text).unwrap()
+        };
+        assert!(
+            !tpusim_spmd::needs_partitioning(&read("xla_partitioned.hlo")),
+            "{}: partitioned module taken for an unpartitioned one",
+            dir.display()
+        );
+        cases += 1;
+        propagated += usize::from(tpusim_spmd::needs_partitioning(&read("xla_propagated.hlo")));
+    }
+    eprintln!("{propagated} of {cases} propagated modules recognized");
+    assert!(
+        propagated * 100 >= cases * 85,
+        "only {propagated} of {cases} propagated modules recognized"
+    );
+}
