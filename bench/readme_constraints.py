@@ -6,13 +6,15 @@ and the tokens' (their batch dim) claim the same mesh axis at the lookup; XLA's 
 (Shardy) drops both claims, and the weights' tiling spreads into the activations. tpusim keeps the
 batch tiling there and reports the conflict in its assumptions. This script shows what that costs
 on XLA's side: it runs the step through XLA's own SPMD partitioner on 256 fake CPU devices (a
-16x16 mesh, as the README's AbstractMesh), with and without the constraints, and prices four
+16x16 mesh, as the README's AbstractMesh), with and without the constraints, and prices six
 programs with `tpusim analyze --chip v5e --topology 16x16`:
 
   xla, constrained      XLA's partitioned program of the README's step
   xla, unconstrained    the same with `batch_sharded` the identity
   tpusim, constrained   tpusim's partition of the pre-partition program
   tpusim, unconstrained (the same program as above: tpusim's propagation keeps the batch)
+  tpusim/xla, both      tpusim's partition of XLA's own propagation (the `shardy-xla` dump:
+                        every op annotated), which separates propagation from partitioning
 
 Usage: cargo build --release && python3 bench/readme_constraints.py [--layers 32]
 The README block is read from README.md (everything before `report = tpusim.analyze`), with its
@@ -37,7 +39,7 @@ LOWER = r'''
 import glob, os, shutil, sys
 dump, out, constrained, layers, src = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5]
 os.environ["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count=256 --xla_dump_to={dump} "
-                           "--xla_dump_hlo_pass_re=spmd-partitioning")
+                           "--xla_dump_hlo_pass_re=spmd-partitioning|shardy-xla")
 import jax
 code = open(src).read().replace("import jax, jax.numpy as jnp, tpusim", "import jax, jax.numpy as jnp")
 code = code.replace('mesh = AbstractMesh((16, 16), ("data", "model"))',
@@ -56,6 +58,8 @@ shutil.rmtree(dump, ignore_errors=True)
 lowered.compile()
 hits = sorted(glob.glob(os.path.join(dump, "*after_spmd-partitioning*.txt")))
 shutil.copy(hits[-1], os.path.join(out, "xla_partitioned.hlo"))
+hits = sorted(glob.glob(os.path.join(dump, "*after_shardy-xla.before_spmd-partitioning*.txt")))
+shutil.copy(hits[-1], os.path.join(out, "xla_propagated.hlo"))
 '''
 
 
@@ -81,7 +85,7 @@ def lower(constrained: bool, layers: int) -> str:
 
 def price(path: str) -> dict:
     cmd = [TPUSIM, "analyze", path, "--chip", "v5e", "--topology", "16x16", "--json"]
-    if "xla_partitioned" in path:
+    if "xla_p" in path:
         cmd += ["--mesh", "16x16"]
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
     j = json.loads(p.stdout)
@@ -97,11 +101,13 @@ def main() -> None:
     rows = []
     for constrained in (True, False):
         d = lower(constrained, args.layers)
-        for who, f in (("xla", "xla_partitioned.hlo"), ("tpusim", "pre.hlo")):
+        for who, f in (("xla", "xla_partitioned.hlo"), ("tpusim", "pre.hlo"),
+                       ("tpusim/xla", "xla_propagated.hlo")):
             a = price(os.path.join(d, f))
             notes = [x for x in a.get("assumptions", []) if "gathered operand" in x]
             rows.append((who, "constrained" if constrained else "unconstrained", a, bool(notes)))
     print(f"README Llama step, {args.layers} layers, v5e 16x16 (256 chips):")
+    print("tpusim/xla: tpusim's partition of XLA's own propagation (the shardy-xla dump)")
     print(f"{'partitioner':12} {'activations':14} {'step s':>8} {'MFU':>6} {'comm s':>8} {'peak GiB':>9}  conflict noted")
     for who, kind, a, noted in rows:
         print(f"{who:12} {kind:14} {a['step_time_s']:8.3f} {100 * a['mfu']:5.1f}% "

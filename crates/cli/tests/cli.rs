@@ -1507,7 +1507,8 @@ fn an_embedding_lookup_whose_table_and_tokens_claim_one_axis_is_an_assumption() 
     assert!(
         out.contains("the gathered operand (an embedding table) and the indices tile two")
             && out.contains("mesh axis 'fsdp'")
-            && out.contains("with_sharding_constraint"),
+            && out.contains("with_sharding_constraint")
+            && out.contains("after_shardy-xla"),
         "{out}"
     );
     let out = report("tfm_sgd_dp8");

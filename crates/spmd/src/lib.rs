@@ -354,7 +354,9 @@ fn conflict_note(conflicts: &[(String, String)]) -> Option<String> {
          both and the result takes what later ops ask (FSDP weights: their embed tiling, \
          the batch replicated on every device, many times the communication and memory \
          predicted here); constrain the activations with jax.lax.with_sharding_constraint, \
-         as MaxText does"
+         as MaxText does, or price XLA's own propagation: compile on fake CPU devices with \
+         XLA_FLAGS='--xla_dump_to=DIR --xla_dump_hlo_pass_re=shardy-xla' and analyze the \
+         *after_shardy-xla.before_spmd-partitioning.txt dump, which tpusim partitions too"
     ))
 }
 
