@@ -22,19 +22,7 @@ fn tile_count_other_than_the_device_count_names_instruction_and_sharding() {
     let text = format!(
         "HloModule m, {MESH_2X4}\nENTRY e {{\n  x.1 = f32[8,8] parameter(0), sharding={{devices=[4,1]<=[4]}}\n  ROOT n = f32[8,8] negate(x.1)\n}}\n"
     );
-    let e = partition_text(&text, None).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            SpmdError::TileCount {
-                tiles: 4,
-                devices: 8,
-                ..
-            }
-        ),
-        "{e}"
-    );
-    let msg = e.to_string();
+    let msg = four_tiles_on_eight_devices(&text);
     assert!(
         msg.contains("x.1") && msg.contains("devices=[4,1]"),
         "{msg}"
@@ -208,6 +196,13 @@ fn a_partially_manual_sharding_with_the_wrong_tile_count_names_the_instruction()
     // XLA's form of a shard_map body over one of two axes: 2 free tiles x 2
     // manual ones on an 8-device module.
     let text = "HloModule m, num_partitions=8\nENTRY e {\n  x.1 = f32[8,8] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n  ROOT n.1 = f32[8,8] negate(x.1), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}\n}\n";
+    let msg = four_tiles_on_eight_devices(text);
+    assert!(msg.contains("n.1"), "{msg}");
+}
+
+/// The message of the tile-count error `text` must fail with: 4 tiles on 8
+/// devices.
+fn four_tiles_on_eight_devices(text: &str) -> String {
     let e = partition_text(text, None).unwrap_err();
     assert!(
         matches!(
@@ -220,5 +215,5 @@ fn a_partially_manual_sharding_with_the_wrong_tile_count_names_the_instruction()
         ),
         "{e}"
     );
-    assert!(e.to_string().contains("n.1"), "{e}");
+    e.to_string()
 }

@@ -41,22 +41,7 @@ fn interp_spmd_cases_match_jax() {
 /// uneven dims, embeddings, MoE): every one with global inputs and outputs.
 #[test]
 fn generated_cases_match_jax() {
-    let dirs: Vec<_> = case_dirs("spmd_cases", false)
-        .into_iter()
-        .filter(|d| d.join("inputs.npz").exists())
-        .collect();
-    assert!(dirs.len() >= 60, "only {} generated cases", dirs.len());
-    let failures: Vec<String> = dirs
-        .iter()
-        .filter_map(|d| run_case(d).err().map(|e| format!("{}: {e}", d.display())))
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ from JAX:\n{}",
-        failures.len(),
-        dirs.len(),
-        failures.join("\n")
-    );
+    generated_cases_of("pre.hlo");
 }
 
 /// XLA's own propagation of each generated program (every instruction
@@ -64,22 +49,31 @@ fn generated_cases_match_jax() {
 /// runs to JAX's outputs too.
 #[test]
 fn xla_propagated_modules_run_to_jax_outputs() {
+    generated_cases_of("xla_propagated.hlo");
+}
+
+/// Partitions each generated case's `file`, runs it and compares with JAX.
+fn generated_cases_of(file: &str) {
     let dirs: Vec<_> = case_dirs("spmd_cases", false)
         .into_iter()
-        .filter(|d| d.join("inputs.npz").exists() && d.join("xla_propagated.hlo").exists())
+        .filter(|d| d.join("inputs.npz").exists() && d.join(file).exists())
         .collect();
-    assert!(dirs.len() >= 60, "only {} cases", dirs.len());
+    assert!(
+        dirs.len() >= 60,
+        "only {} generated cases with {file}",
+        dirs.len()
+    );
     let failures: Vec<String> = dirs
         .iter()
         .filter_map(|d| {
-            run_case_of(d, "xla_propagated.hlo")
+            run_case_of(d, file)
                 .err()
                 .map(|e| format!("{}: {e}", d.display()))
         })
         .collect();
     assert!(
         failures.is_empty(),
-        "{} of {} cases differ from JAX:\n{}",
+        "{} of {} cases ({file}) differ from JAX:\n{}",
         failures.len(),
         dirs.len(),
         failures.join("\n")
