@@ -1232,70 +1232,27 @@ impl<'m> Partitioner<'m> {
     /// such a sharding back to `id`, so its operands' claims do not decide it.
     fn constrained(&self, id: InstrId) -> bool {
         let m = self.src;
-        let mut users: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
-        let mut callers: FxHashMap<CompId, Vec<InstrId>> = FxHashMap::default();
-        for (i, ins) in m.instrs.iter().enumerate() {
-            let user = InstrId(i as u32);
-            for &o in &ins.operands {
-                users.entry(o).or_default().push(user);
-            }
-            if ins.opcode == Opcode::Call {
-                for c in ins.called_computations() {
-                    callers.entry(c).or_default().push(user);
-                }
-            }
-        }
-        let roots: FxHashMap<InstrId, CompId> = m.comp_ids().map(|c| (m.comp(c).root, c)).collect();
+        let uses = UseIndex::new(m);
         let shape = &m.instr(id).shape;
-        // Values as (instruction, tuple index): a tuple's element `k` is
-        // followed to the `get-tuple-element`s of index `k` that read it.
-        let mut stack: Vec<(InstrId, Option<i64>)> = vec![(id, None)];
-        let mut seen: rustc_hash::FxHashSet<(InstrId, Option<i64>)> = Default::default();
+        let mut stack: Vec<Value> = vec![(id, None)];
+        let mut seen: rustc_hash::FxHashSet<Value> = Default::default();
         while let Some(v) = stack.pop() {
             if !seen.insert(v) {
                 continue;
             }
             let (at, index) = v;
-            if index.is_some() {
-                if let Some(c) = roots.get(&at) {
-                    stack.extend(
-                        callers
-                            .get(c)
-                            .into_iter()
-                            .flatten()
-                            .map(|&call| (call, index)),
-                    );
-                }
+            if let (Some(_), Some(c)) = (index, uses.roots.get(&at)) {
+                let calls = uses.callers.get(c).into_iter().flatten();
+                stack.extend(calls.map(|&call| (call, index)));
             }
-            for &u in users.get(&at).into_iter().flatten() {
-                let user = m.instr(u);
-                let next = match (index, user.opcode) {
-                    (None, Opcode::CustomCall)
-                        if user.attr_ident("custom_call_target") == Some("Sharding") =>
-                    {
-                        return true;
+            for &u in uses.users.get(&at).into_iter().flatten() {
+                match follow(m.instr(u), v, shape) {
+                    Follow::Constraint => return true,
+                    Follow::Into(k) if k.is_none() && m.instr(u).sharding().is_some() => {
+                        return true
                     }
-                    (None, Opcode::Tuple) => user
-                        .operands
-                        .iter()
-                        .position(|&o| o == at)
-                        .map(|k| (u, Some(k as i64))),
-                    (Some(k), Opcode::GetTupleElement) if user.attr_int("index") == Some(k) => {
-                        Some((u, None))
-                    }
-                    (None, op)
-                        if (op.is_elementwise() || op == Opcode::Copy)
-                            && user.shape.dims() == shape.dims() =>
-                    {
-                        Some((u, None))
-                    }
-                    _ => None,
-                };
-                if let Some((n, k)) = next {
-                    if k.is_none() && m.instr(n).sharding().is_some() {
-                        return true;
-                    }
-                    stack.push((n, k));
+                    Follow::Into(k) => stack.push((u, k)),
+                    Follow::Stop => {}
                 }
             }
         }
@@ -2199,6 +2156,72 @@ impl<'m> Partitioner<'m> {
             )),
             _ => self.replicated_fallback(cb, ins, ops),
         }
+    }
+}
+
+/// A value: an instruction's result, or element `k` of its tuple result.
+type Value = (InstrId, Option<i64>);
+
+/// Who reads each instruction, who calls each computation, and which
+/// computation each root ends.
+struct UseIndex {
+    users: FxHashMap<InstrId, Vec<InstrId>>,
+    callers: FxHashMap<CompId, Vec<InstrId>>,
+    roots: FxHashMap<InstrId, CompId>,
+}
+
+impl UseIndex {
+    fn new(m: &Module) -> Self {
+        let mut users: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
+        let mut callers: FxHashMap<CompId, Vec<InstrId>> = FxHashMap::default();
+        for (i, ins) in m.instrs.iter().enumerate() {
+            let user = InstrId(i as u32);
+            for &o in &ins.operands {
+                users.entry(o).or_default().push(user);
+            }
+            if ins.opcode == Opcode::Call {
+                for c in ins.called_computations() {
+                    callers.entry(c).or_default().push(user);
+                }
+            }
+        }
+        let roots = m.comp_ids().map(|c| (m.comp(c).root, c)).collect();
+        UseIndex {
+            users,
+            callers,
+            roots,
+        }
+    }
+}
+
+/// Where a value of `shape` goes through `user`.
+enum Follow {
+    /// A `Sharding` constraint reads it.
+    Constraint,
+    /// It carries on as `user`'s result (or element `k` of it), unchanged.
+    Into(Option<i64>),
+    /// `user` reshapes or combines it: the walk ends here.
+    Stop,
+}
+
+fn follow(user: &Instruction, (at, index): Value, shape: &Shape) -> Follow {
+    match (index, user.opcode) {
+        (None, Opcode::CustomCall) if user.attr_ident("custom_call_target") == Some("Sharding") => {
+            Follow::Constraint
+        }
+        (None, Opcode::Tuple) => match user.operands.iter().position(|&o| o == at) {
+            Some(k) => Follow::Into(Some(k as i64)),
+            None => Follow::Stop,
+        },
+        (Some(k), Opcode::GetTupleElement) if user.attr_int("index") == Some(k) => {
+            Follow::Into(None)
+        }
+        (None, op)
+            if (op.is_elementwise() || op == Opcode::Copy) && user.shape.dims() == shape.dims() =>
+        {
+            Follow::Into(None)
+        }
+        _ => Follow::Stop,
     }
 }
 
