@@ -4,7 +4,8 @@
 //! collectives with replica groups and channel ids, `num_partitions=N`.
 //!
 //! Shardings are read from `sharding=` attributes, `Sharding` custom calls and
-//! the Shardy mesh (`xla.sdy.meshes`); values without one get the sharding
+//! the Shardy mesh (`xla.sdy.meshes`), or from XLA's own propagation (every op
+//! annotated, shard_map bodies `{manual}`); values without one get the sharding
 //! XLA's forward propagation gives them; every op is emitted on per-device
 //! shapes after resharding its operands (see `partition` and `build`).
 //!
