@@ -297,10 +297,17 @@ fn shape_tiled_bytes(s: &Shape, lanes: u64) -> f64 {
         .sum()
 }
 
-/// Cycles per MXU of one dot under one operand role assignment.
-fn mxu_schedule(chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo, swapped: bool) -> MxuSchedule {
+/// The MXU edge and the MXUs behind one device (a GPU, which has neither,
+/// reads as one 128-wide array).
+fn mxu_geometry(chip: &Chip) -> (u64, u64) {
     let d = u64::from(chip.mxu_dim().unwrap_or(128));
     let mxus = u64::from(chip.mxus_per_device().unwrap_or(1)).max(1);
+    (d, mxus)
+}
+
+/// Cycles per MXU of one dot under one operand role assignment.
+fn mxu_schedule(chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo, swapped: bool) -> MxuSchedule {
+    let (d, mxus) = mxu_geometry(chip);
     let (rows, cols) = if swapped { (mm.n, mm.m) } else { (mm.m, mm.n) };
     let rows = rows.div_ceil(SUBLANES).max(1) * SUBLANES;
     let tiles = mm
@@ -353,8 +360,7 @@ fn mxu_schedule(chip: &Chip, tc: &TensorCoreTiming, mm: &MatmulInfo, swapped: bo
 /// per MXU (K and N of the MXU edge) and as many rows streamed through
 /// each as the flops take.
 fn dense_equivalent(chip: &Chip, flops: f64) -> MatmulInfo {
-    let d = u64::from(chip.mxu_dim().unwrap_or(128));
-    let mxus = u64::from(chip.mxus_per_device().unwrap_or(1)).max(1);
+    let (d, mxus) = mxu_geometry(chip);
     let per_row = 2.0 * (mxus * d * d) as f64;
     let rows = ((flops / per_row).ceil() as u64).max(1);
     crate::op::matmul_info(chip, MatmulDtype::Bf16, 1, mxus, rows, d, d, flops)
@@ -675,12 +681,13 @@ pub fn explain_op(m: &Module, chip: &Chip, name: &str) -> Option<Vec<String>> {
         return Some(out);
     };
     let clock = chip.clock_hz;
+    let (d, _) = mxu_geometry(chip);
     for s in &e.mxu {
         out.push(format!(
             "  MXU: {} weight tiles ({}x{}), {} rows streamed per tile{}, {} passes over {} MXUs",
             s.tiles,
-            chip.mxu_dim().unwrap_or(128),
-            chip.mxu_dim().unwrap_or(128),
+            d,
+            d,
             s.rows,
             if s.swapped {
                 " (operands swapped: LHS stationary)"

@@ -72,6 +72,8 @@ pub struct Partitioner<'m> {
     /// later ops decide (a dot's operand tilings conflict as often, but its
     /// neighbours settle the result in Shardy's fixed point as in tpusim).
     pub conflicts: Vec<(String, String)>,
+    /// Who reads what, built the first time a conflict asks for it.
+    uses: std::cell::OnceCell<UseIndex>,
 }
 
 fn leaves_of(shape: &Shape) -> Vec<Shape> {
@@ -106,6 +108,7 @@ impl<'m> Partitioner<'m> {
             loop_hints: FxHashMap::default(),
             cancel: tpusim_hlo::Cancel::default(),
             conflicts: Vec::new(),
+            uses: std::cell::OnceCell::new(),
         }
     }
 
@@ -1232,7 +1235,7 @@ impl<'m> Partitioner<'m> {
     /// such a sharding back to `id`, so its operands' claims do not decide it.
     fn constrained(&self, id: InstrId) -> bool {
         let m = self.src;
-        let uses = UseIndex::new(m);
+        let uses = self.uses.get_or_init(|| UseIndex::new(m));
         let shape = &m.instr(id).shape;
         let mut stack: Vec<Value> = vec![(id, None)];
         let mut seen: rustc_hash::FxHashSet<Value> = Default::default();
