@@ -822,7 +822,8 @@ impl<'m> Partitioner<'m> {
                 // propagated back from the optimizer; the dot picks its
                 // operand tilings knowing it.
                 let hint = self.loop_hints.get(&(i, 0)).cloned();
-                let v = self.dot(cb, ins, ops, hint.as_ref())?;
+                let given = self.annotation(ins)?.and_then(|mut s| s.pop());
+                let v = self.dot(cb, ins, ops, hint.as_ref(), given.as_ref())?;
                 match hint {
                     Some(hint) if v.sh.len() == 1 && !v.sh[0].partial.is_empty() => {
                         self.reshard_val(cb, &v, &ins.shape, &[hint])
@@ -1109,6 +1110,7 @@ impl<'m> Partitioner<'m> {
         ins: &Instruction,
         ops: &[Val],
         asked: Option<&Sh>,
+        given: Option<&Sh>,
     ) -> Result<Val, SpmdError> {
         let get = |n: &str| {
             ins.attr_ints(n)
@@ -1184,10 +1186,19 @@ impl<'m> Partitioner<'m> {
             None if bytes(&lg) >= bytes(&rg) => &candidates[..3],
             None => &candidates[3..],
         };
-        let (lcs, rcs) = pool
-            .iter()
-            .min_by(|a, b| cost(a).total_cmp(&cost(b)))
-            .cloned()
+        // A dot whose own sharding is given (XLA's propagated form) is
+        // partitioned as XLA's dot handler would, where one of its base
+        // cases fits.
+        let given_case = given.and_then(|out| {
+            let sizes = (bytes(&lg), bytes(&rg));
+            xla_dot_handler(&dims, (&ls, &rs), (lg.rank(), rg.rank()), sizes, out, &mesh)
+        });
+        let (lcs, rcs) = given_case
+            .or_else(|| {
+                pool.iter()
+                    .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+                    .cloned()
+            })
             .unwrap_or_else(|| (Sh::replicated(lg.rank()), Sh::replicated(rg.rank())));
         let mut x = self.arr(cb, &ops[0], &lg, &lcs)?;
         let mut y = self.arr(cb, &ops[1], &rg, &rcs)?;
@@ -1672,6 +1683,42 @@ impl<'m> Partitioner<'m> {
         // stays operand-parallel, as XLA partitions it: each device gathers
         // from its own rows, zeroes the lookups that miss them, and the
         // partial results are summed.
+        // A gather whose own sharding is given (XLA's propagated form) is
+        // partitioned straight into it where it can be: its index-parallel
+        // dims tile the indices, its offset dims the operand's passthrough
+        // dims, both resharded as needed (as XLA's gather handler does for
+        // the sharding propagation chose).
+        let given = self.annotation(ins)?.and_then(|mut s| s.pop());
+        let toward = given.as_ref().and_then(|out| {
+            let batch_in = (0..ig.rank()).filter(|&d| d != ivd);
+            let batch_out = (0..out.rank()).filter(|d| !offset.contains(d));
+            let mut idx = Sh::replicated(ig.rank());
+            for (bi, bo) in batch_in.zip(batch_out) {
+                idx.dims[bi] = out.dims[bo].clone();
+            }
+            let mut opnd = Sh::replicated(og.rank());
+            for (k, &b) in op_batch.iter().enumerate() {
+                opnd.dims[b] = idx.dims[idx_batch[k]].clone();
+            }
+            for (&o, &d) in offset.iter().zip(&window) {
+                let whole = slice_sizes.get(d) == og.dims().get(d);
+                if !out.dims[o].is_empty() && (!whole || index_map.contains(&d)) {
+                    return None;
+                }
+                opnd.dims[d] = out.dims[o].clone();
+            }
+            Some((idx, opnd))
+        });
+        if let Some((idx, opnd)) = toward {
+            used = idx.used();
+            used.extend(opnd.used());
+            idx_sh = idx;
+            op_sh = opnd;
+        }
+        // A lookup into rows the operand tiles (a vocab-sharded embedding)
+        // by axes still free stays operand-parallel, as XLA partitions it:
+        // each device gathers from its own rows, zeroes the lookups that
+        // miss them, and the partial results are summed.
         let lookup = self.row_lookup(ins, &og, &ig, &os, &used);
         if let Some((d, axes)) = &lookup {
             op_sh.dims[*d] = axes.clone();
@@ -2276,6 +2323,243 @@ impl DotDims<'_> {
             .zip(self.rb.iter().copied())
             .chain(self.lc.iter().copied().zip(self.rc.iter().copied()))
     }
+}
+
+/// Which side of a dot a tiling belongs to.
+#[derive(Clone, Copy, PartialEq)]
+enum DotSide {
+    Lhs,
+    Rhs,
+}
+
+impl DotDims<'_> {
+    /// The batch, contracting and free dims of one side.
+    fn of(&self, side: DotSide) -> (&[usize], &[usize], &[usize]) {
+        match side {
+            DotSide::Lhs => (self.lb, self.lc, self.lfree),
+            DotSide::Rhs => (self.rb, self.rc, self.rfree),
+        }
+    }
+
+    /// The tiling of the other operand that one side's tiling `s` implies
+    /// (batch and contracting dims carried over, the other's free dims
+    /// whole); `None` when `s` tiles a free dim, which the other lacks.
+    fn across(&self, side: DotSide, s: &Sh, other_rank: usize) -> Option<Sh> {
+        let other = if side == DotSide::Lhs {
+            DotSide::Rhs
+        } else {
+            DotSide::Lhs
+        };
+        let ((b, c, free), (ob, oc, _)) = (self.of(side), self.of(other));
+        if free.iter().any(|&k| !s.dims[k].is_empty()) {
+            return None;
+        }
+        let mut t = Sh::replicated(other_rank);
+        for (&k, &o) in b.iter().zip(ob).chain(c.iter().zip(oc)) {
+            t.dims[o] = s.dims[k].clone();
+        }
+        Some(t)
+    }
+
+    /// The result tiling one side's tiling `s` implies (its batch and free
+    /// dims carried over, the other's free dims whole); `None` when `s`
+    /// tiles a contracting dim.
+    fn to_result(&self, side: DotSide, s: &Sh, rank: usize) -> Option<Sh> {
+        let (b, c, free) = self.of(side);
+        if c.iter().any(|&k| !s.dims[k].is_empty()) {
+            return None;
+        }
+        let mut t = Sh::replicated(rank);
+        let offset = if side == DotSide::Lhs {
+            0
+        } else {
+            self.lfree.len()
+        };
+        for (i, &k) in b.iter().enumerate() {
+            t.dims[i] = s.dims[k].clone();
+        }
+        for (i, &k) in free.iter().enumerate() {
+            t.dims[b.len() + offset + i] = s.dims[k].clone();
+        }
+        Some(t)
+    }
+}
+
+/// Devices a tiling splits `dims` over.
+fn parts(mesh: &crate::mesh::Mesh, s: &Sh, dims: &[usize]) -> u32 {
+    dims.iter().map(|&k| mesh.count(&s.dims[k])).product()
+}
+
+/// The operand tilings XLA's dot handler settles on when the dot's own
+/// sharding `out` is given and one of its base cases fits, tried in its
+/// order: both operands batch-tiled alike; one operand batch-tiled as the
+/// result, the other resharded to it; both tiled alike on the contracting
+/// dims (the smaller operand resharded to the larger's tiling; the result
+/// a partial sum); one operand tiled on its free dims as the result, the
+/// other gathered whole. Each case asks that the tiling spans every device
+/// in the group (`n` of them). `None` when no case fits.
+fn xla_base_case(
+    d: &DotDims,
+    (ls, rs): (&Sh, &Sh),
+    (lr, rr): (usize, usize),
+    (lbytes, rbytes): (f64, f64),
+    out: &Sh,
+    mesh: &crate::mesh::Mesh,
+    n: u32,
+) -> Option<(Sh, Sh)> {
+    let or = out.rank();
+    let l_to_r = d.across(DotSide::Lhs, ls, rr);
+    let r_to_l = d.across(DotSide::Rhs, rs, lr);
+    let l_out = d.to_result(DotSide::Lhs, ls, or);
+    let r_out = d.to_result(DotSide::Rhs, rs, or);
+    let out_batch: Vec<usize> = (0..d.lb.len()).collect();
+    let out_lfree: Vec<usize> = (d.lb.len()..d.lb.len() + d.lfree.len()).collect();
+    let out_rfree: Vec<usize> = (d.lb.len() + d.lfree.len()..or).collect();
+    let batch_tiled = |s: &Sh, b: &[usize]| parts(mesh, s, b) == n;
+    if batch_tiled(ls, d.lb) && batch_tiled(rs, d.rb) && l_to_r.as_ref() == Some(rs) {
+        return Some((ls.clone(), rs.clone()));
+    }
+    let out_batch_tiled = parts(mesh, out, &out_batch) == n;
+    if out_batch_tiled && batch_tiled(ls, d.lb) && l_out.as_ref() == Some(out) {
+        return Some((ls.clone(), l_to_r?));
+    }
+    if out_batch_tiled && batch_tiled(rs, d.rb) && r_out.as_ref() == Some(out) {
+        return Some((r_to_l?, rs.clone()));
+    }
+    if parts(mesh, ls, d.lc) == n && parts(mesh, rs, d.rc) == n {
+        return if lbytes < rbytes {
+            Some((r_to_l?, rs.clone()))
+        } else {
+            Some((ls.clone(), l_to_r?))
+        };
+    }
+    if parts(mesh, ls, d.lfree) == n
+        && parts(mesh, out, &out_lfree) == n
+        && l_out.as_ref() == Some(out)
+    {
+        return Some((ls.clone(), Sh::replicated(rr)));
+    }
+    if parts(mesh, rs, d.rfree) == n
+        && parts(mesh, out, &out_rfree) == n
+        && r_out.as_ref() == Some(out)
+    {
+        return Some((Sh::replicated(lr), rs.clone()));
+    }
+    None
+}
+
+/// XLA's dot handler on a given result sharding `out`: its base cases over
+/// all devices, else over the groups that the axes tiling matching dims
+/// alike (batch dims of all three, an operand's free dims and the
+/// result's, both operands' contracting dims) split the devices into, as
+/// XLA groups devices before it retries its base cases. Grouped axes keep
+/// their dims; the base case settles the rest.
+fn xla_dot_handler(
+    d: &DotDims,
+    (ls, rs): (&Sh, &Sh),
+    ranks: (usize, usize),
+    sizes: (f64, f64),
+    out: &Sh,
+    mesh: &crate::mesh::Mesh,
+) -> Option<(Sh, Sh)> {
+    let all = mesh.count(&mesh.axes().collect::<Vec<_>>());
+    if let Some(found) = xla_base_case(d, (ls, rs), ranks, sizes, out, mesh, all) {
+        return Some(found);
+    }
+    let grouped = grouping_axes(d, ls, rs, out);
+    if grouped.is_empty() {
+        return None;
+    }
+    let strip = |s: &Sh| Sh {
+        dims: s
+            .dims
+            .iter()
+            .map(|axes| {
+                axes.iter()
+                    .filter(|a| !grouped.contains(a))
+                    .copied()
+                    .collect()
+            })
+            .collect(),
+        ..Sh::replicated(0)
+    };
+    let n = all / mesh.count(&grouped);
+    let (l, r) = xla_base_case(
+        d,
+        (&strip(ls), &strip(rs)),
+        ranks,
+        sizes,
+        &strip(out),
+        mesh,
+        n,
+    )?;
+    let restore = |orig: &Sh, got: Sh| Sh {
+        dims: orig
+            .dims
+            .iter()
+            .zip(got.dims)
+            .map(|(o, g)| {
+                o.iter()
+                    .filter(|a| grouped.contains(a))
+                    .copied()
+                    .chain(g)
+                    .collect()
+            })
+            .collect(),
+        ..Sh::replicated(0)
+    };
+    Some((restore(ls, l), restore(rs, r)))
+}
+
+/// Axes XLA groups a dot's devices by: each tiles matching dims alike —
+/// a batch dim of both operands and the result, a free dim of one operand
+/// and the result (the other operand not tiled by it), or a contracting
+/// dim of both operands (the result not tiled by it).
+fn grouping_axes(d: &DotDims, ls: &Sh, rs: &Sh, out: &Sh) -> Vec<Axis> {
+    let mut axes = Vec::new();
+    let nb = d.lb.len();
+    for (i, (&l, &r)) in d.lb.iter().zip(d.rb).enumerate() {
+        for a in &ls.dims[l] {
+            if rs.dims[r].contains(a) && out.dims[i].contains(a) {
+                axes.push(*a);
+            }
+        }
+    }
+    let free = [(ls, rs, d.lfree, nb), (rs, ls, d.rfree, nb + d.lfree.len())];
+    for (s, other, dims, offset) in free {
+        for (i, &k) in dims.iter().enumerate() {
+            for a in &s.dims[k] {
+                if out.dims[offset + i].contains(a) && !other.used().contains(a) {
+                    axes.push(*a);
+                }
+            }
+        }
+    }
+    for (&l, &r) in d.lc.iter().zip(d.rc) {
+        for a in &ls.dims[l] {
+            if rs.dims[r].contains(a) && !out.used().contains(a) {
+                axes.push(*a);
+            }
+        }
+    }
+    axes.sort();
+    axes.dedup();
+    axes
+}
+
+/// The (operand dim, update dim) pairs of a scatter's window that every
+/// update covers whole and no index addresses: the dims a scatter can pass
+/// through tiled.
+fn scatter_window_pairs(ins: &Instruction, og: &Shape, ug: &Shape) -> Vec<(usize, usize)> {
+    let ints = |n: &str| ins.attr_ints(n).unwrap_or(&[]).to_vec();
+    let inserted = ints("inserted_window_dims");
+    let to_operand = ints("scatter_dims_to_operand_dims");
+    let window = ints("update_window_dims");
+    let operand_window = (0..og.rank()).filter(|&k| !inserted.contains(&(k as i64)));
+    operand_window
+        .zip(window.iter().map(|&u| u as usize))
+        .filter(|&(k, u)| ug.dims().get(u) == og.dims().get(k) && !to_operand.contains(&(k as i64)))
+        .collect()
 }
 
 /// How many transposes and reshapes a tiling asked of a value is carried
@@ -2928,6 +3212,11 @@ impl Partitioner<'_> {
         if let Some((d, axes)) = self.row_update(ins, &og, &ig, ops, &idx_sh, hint.as_ref()) {
             return self.scatter_into_rows(cb, ins, ops, idx_sh, (d, axes), is_add);
         }
+        if ops.len() == 3 {
+            if let Some(v) = self.scatter_toward_given(cb, ins, ops, (&og, &ig, &ug), is_add)? {
+                return Ok(v);
+            }
+        }
         if !is_add || has_batching || idx_sh.used().is_empty() || og.as_array().is_none() {
             return self.replicated_fallback(cb, ins, ops);
         }
@@ -2951,6 +3240,82 @@ impl Partitioner<'_> {
         let idx = self.arr(cb, &ops[1], &ig, &idx_sh)?;
         let upd = self.arr(cb, &ops[2], &ug, &upd_sh)?;
         Ok(self.scatter_summed(cb, ins, [operand, idx, upd], &partial, op_sh))
+    }
+
+    /// A scatter whose own sharding is given (XLA's propagated form) and
+    /// tiles only operand dims every update window covers whole: each device
+    /// scatters the updates' columns of its own part (the updates resharded
+    /// to match), as XLA passes such dims through; the indices stay tiled
+    /// by the axes left free, gathered along the others. `None` when the
+    /// sharding is not of that kind.
+    fn scatter_toward_given(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+        (og, ig, ug): (&Shape, &Shape, &Shape),
+        is_add: bool,
+    ) -> Result<Option<Val>, SpmdError> {
+        let Some(out) = self.annotation(ins)?.and_then(|mut s| s.pop()) else {
+            return Ok(None);
+        };
+        if out.is_replicated() || out.rank() != og.rank() {
+            return Ok(None);
+        }
+        let mut upd_sh = Sh::replicated(ug.rank());
+        let mut covered = vec![false; og.rank()];
+        for (k, u) in scatter_window_pairs(ins, og, ug) {
+            upd_sh.dims[u] = out.dims[k].clone();
+            covered[k] = true;
+        }
+        let window = ins.attr_ints("update_window_dims").unwrap_or(&[]).to_vec();
+        // Other dims the sharding tiles are computed whole and sliced after
+        // (each device's rows of the result, no communication).
+        let mut out = out;
+        for (k, axes) in out.dims.iter_mut().enumerate() {
+            if !covered[k] {
+                axes.clear();
+            }
+        }
+        if out.is_replicated() {
+            return Ok(None);
+        }
+        // The indices keep their tiling by axes the sharding leaves free:
+        // each device then holds partial sums over those (an add-scatter).
+        let ivd = ins.attr_int("index_vector_dim").unwrap_or(ig.rank() as i64) as usize;
+        let mut idx_sh = ops[1].sh[0].without_partial();
+        let taken = out.used();
+        for (d, axes) in idx_sh.dims.iter_mut().enumerate() {
+            *axes = if d == ivd {
+                Vec::new()
+            } else {
+                take_free(axes, &taken)
+            };
+        }
+        let partial = idx_sh.used();
+        if !partial.is_empty() && !is_add {
+            return Ok(None);
+        }
+        let batch_in = (0..ig.rank()).filter(|&d| d != ivd);
+        let scatter_dims = (0..ug.rank()).filter(|&d| !window.contains(&(d as i64)));
+        for (u, i) in scatter_dims.zip(batch_in) {
+            upd_sh.dims[u] = idx_sh.dims[i].clone();
+        }
+        let operand = self.arr(cb, &ops[0], og, &out)?;
+        let idx = self.arr(cb, &ops[1], ig, &idx_sh)?;
+        let upd = self.arr(cb, &ops[2], ug, &upd_sh)?;
+        if !partial.is_empty() {
+            return Ok(Some(self.scatter_summed(
+                cb,
+                ins,
+                [operand, idx, upd],
+                &partial,
+                out,
+            )));
+        }
+        let shape = self.out.shape(operand).clone();
+        let id = self.copy_as(cb, ins, shape, vec![operand, idx, upd], ins.attrs.clone());
+        Ok(Some(Val { id, sh: vec![out] }))
     }
 
     /// An add-scatter of updates spread over devices along `partial`: each
@@ -2998,24 +3363,17 @@ impl Partitioner<'_> {
         used: &[Axis],
         upd_sh: &mut Sh,
     ) -> Sh {
-        let ints = |n: &str| ins.attr_ints(n).unwrap_or(&[]).to_vec();
-        let inserted = ints("inserted_window_dims");
-        let to_operand = ints("scatter_dims_to_operand_dims");
-        let window = ints("update_window_dims");
         let mut op_sh = Sh::replicated(og.rank());
-        let operand_window = (0..og.rank()).filter(|&k| !inserted.contains(&(k as i64)));
-        for (k, &u) in operand_window.zip(&window) {
-            let u = u as usize;
+        for (k, u) in scatter_window_pairs(ins, og, ug) {
             let mut axes = os.dims.get(k).cloned().unwrap_or_default();
             if axes.is_empty() {
                 axes = us.dims.get(u).cloned().unwrap_or_default();
             }
-            let whole = ug.dims().get(u) == og.dims().get(k);
             let even = og.dims()[k] % i64::from(self.out.mesh.count(&axes)) == 0;
             let free = axes
                 .iter()
                 .all(|a| !used.contains(a) && !op_sh.used().contains(a));
-            if whole && even && free && !to_operand.contains(&(k as i64)) {
+            if even && free {
                 op_sh.dims[k] = axes.clone();
                 upd_sh.dims[u] = axes;
             }

@@ -25,6 +25,12 @@ fn dims(s: &Shape) -> Vec<i64> {
     s.dims().to_vec()
 }
 
+/// Partitions a module of `header`, an `add` reducer and `entry`.
+fn with_add_reducer(header: &str, entry: &str) -> Module {
+    const ADD: &str = "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n";
+    partitioned(&format!("{header}\n{ADD}{entry}"))
+}
+
 #[test]
 fn a_broadcast_takes_its_users_tiling_instead_of_being_sliced_whole() {
     let m = partitioned(
@@ -311,14 +317,9 @@ fn a_scattered_gradient_padded_back_takes_the_tiling_asked_of_the_pad() {
     // take_along_axis's gradient of shifted log-probabilities: scattered into
     // zeros, padded back to the sequence, added to vocab-tiled logits. The
     // scatter runs on the device's vocab rows, not on the whole vocab.
-    let m = partitioned(
-        r#"HloModule padgrad, num_partitions=4
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
+    let m = with_add_reducer(
+        "HloModule padgrad, num_partitions=4",
+        r#"ENTRY e {
   logits = f32[4,8,16] parameter(0), sharding={devices=[1,1,4]<=[4]}
   idx = s32[4,7,1] parameter(1), sharding={replicated}
   upd = f32[4,7] parameter(2), sharding={replicated}
@@ -454,4 +455,67 @@ fn a_lookup_constrained_after_the_call_that_wraps_it_is_no_propagation_conflict(
     assert!(constrained.is_empty(), "{constrained:?}");
     let free = conflicts("ROOT y = f32[8,8,16] negate(x)");
     assert_eq!(free.len(), 1, "{free:?}");
+}
+
+/// A dot whose own sharding is given (XLA's propagated form), tiled on the
+/// rhs's free dim as the rhs is: XLA's dot handler gathers the lhs whole and
+/// multiplies locally (a weight gradient with embed-tiled activations). A
+/// choice on bytes alone keeps the lhs's contracting tiling and
+/// all-to-alls the rhs and reduce-scatters the partial result instead.
+#[test]
+fn a_dot_given_its_sharding_gathers_the_operand_xla_gathers() {
+    let m = partitioned(
+        r#"HloModule wgrad, num_partitions=4
+ENTRY e {
+  g = f32[64,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  x = f32[64,4] parameter(1), sharding={devices=[1,4]<=[4]}
+  ROOT d = f32[4,4] dot(g, x), lhs_contracting_dims={0}, rhs_contracting_dims={0}, sharding={devices=[1,4]<=[4]}
+}
+"#,
+    );
+    assert_eq!(shapes_of(&m, Opcode::AllGather), vec![vec![64, 4]]);
+    assert_eq!(shapes_of(&m, Opcode::Dot), vec![vec![4, 1]]);
+    assert!(shapes_of(&m, Opcode::AllToAll).is_empty());
+    assert!(shapes_of(&m, Opcode::ReduceScatter).is_empty());
+    assert!(shapes_of(&m, Opcode::AllReduce).is_empty());
+}
+
+/// A gather whose own sharding tiles the offset dim the table tiles (XLA's
+/// propagation gave an embedding lookup the table's tiling): the table's
+/// columns pass through untouched and the indices are gathered, where the
+/// indices' batch tiling would gather the whole table instead.
+#[test]
+fn a_gather_given_the_tables_tiling_passes_the_table_through() {
+    let m = partitioned(
+        r#"HloModule lookup, num_partitions=4
+ENTRY e {
+  table = f32[64,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  ids = s32[8,1] parameter(1), sharding={devices=[4,1]<=[4]}
+  ROOT g = f32[8,16] gather(table, ids), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,16}, sharding={devices=[1,4]<=[4]}
+}
+"#,
+    );
+    assert_eq!(shapes_of(&m, Opcode::AllGather), vec![vec![8, 1]]);
+    assert_eq!(shapes_of(&m, Opcode::Gather), vec![vec![8, 4]]);
+}
+
+/// A scatter-add whose own sharding tiles a dim every update covers whole
+/// (the embedding table's gradient, embed-tiled): each device scatters its
+/// columns of the updates, the indices gathered, with no partial sums to
+/// reduce.
+#[test]
+fn a_scatter_given_a_passthrough_tiling_scatters_each_devices_columns() {
+    let m = with_add_reducer(
+        "HloModule tgrad, num_partitions=4",
+        r#"ENTRY e {
+  zeros = f32[64,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  ids = s32[8,1] parameter(1), sharding={devices=[4,1]<=[4]}
+  upd = f32[8,16] parameter(2), sharding={devices=[4,1]<=[4]}
+  ROOT s = f32[64,16] scatter(zeros, ids, upd), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add, sharding={devices=[1,4]<=[4]}
+}
+"#,
+    );
+    assert_eq!(shapes_of(&m, Opcode::Scatter), vec![vec![64, 4]]);
+    assert!(shapes_of(&m, Opcode::AllReduce).is_empty());
+    assert!(shapes_of(&m, Opcode::ReduceScatter).is_empty());
 }

@@ -197,9 +197,10 @@ fn partitioning_xla_propagated_modules_matches_xla_or_is_a_listed_difference() {
 }
 
 /// Given XLA's propagation, the cases whose propagation parts from tpusim's
-/// at an embedding gather move close to XLA's bytes: what is left is the
-/// choice of dot strategies, not the shardings (from the lowered program
-/// tpusim moves a fraction of XLA's bytes in these cases).
+/// at an embedding gather move XLA's bytes to within 10%: tpusim partitions
+/// the given dot, gather and scatter shardings as XLA's handlers do (from
+/// the lowered program tpusim moves a fraction of XLA's bytes in these
+/// cases).
 #[test]
 fn given_xla_propagation_the_gather_conflict_cases_move_xla_bytes() {
     let listed = listed_differences();
@@ -216,7 +217,7 @@ fn given_xla_propagation_the_gather_conflict_cases_move_xla_bytes() {
         let got = tpusim_structure(&dir, Input::XlaPropagated).unwrap();
         let ratio = bytes(&got.collectives) as f64 / bytes(&xla_structure(&dir).collectives) as f64;
         assert!(
-            (0.65..=1.15).contains(&ratio),
+            (0.9..=1.1).contains(&ratio),
             "{name}: tpusim moves {ratio:.2}x XLA's bytes given XLA's propagation"
         );
         checked += 1;
