@@ -83,8 +83,8 @@ def lower(constrained: bool, layers: int) -> str:
     return out
 
 
-def price(path: str) -> dict:
-    cmd = [TPUSIM, "analyze", path, "--chip", "v5e", "--topology", "16x16", "--json"]
+def price(path: str, extra: tuple = ()) -> dict:
+    cmd = [TPUSIM, "analyze", path, "--chip", "v5e", "--topology", "16x16", "--json", *extra]
     if "xla_p" in path:
         cmd += ["--mesh", "16x16"]
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -101,12 +101,15 @@ def main() -> None:
     rows = []
     for constrained in (True, False):
         d = lower(constrained, args.layers)
-        for who, f in (("xla", "xla_partitioned.hlo"), ("tpusim", "pre.hlo"),
-                       ("tpusim/xla", "xla_propagated.hlo")):
-            a = price(os.path.join(d, f))
+        for who, f, extra in (("xla", "xla_partitioned.hlo", ()), ("tpusim", "pre.hlo", ()),
+                              ("tpusim/fwd", "pre.hlo", ("--propagation", "forward")),
+                              ("tpusim/xla", "xla_propagated.hlo", ())):
+            a = price(os.path.join(d, f), extra)
             notes = [x for x in a.get("assumptions", []) if "gathered operand" in x]
             rows.append((who, "constrained" if constrained else "unconstrained", a, bool(notes)))
     print(f"README Llama step, {args.layers} layers, v5e 16x16 (256 chips):")
+    print("tpusim: tpusim's propagation and partition of the lowered program (the default)")
+    print("tpusim/fwd: the same with --propagation forward (tpusim's earlier propagation)")
     print("tpusim/xla: tpusim's partition of XLA's own propagation (the shardy-xla dump)")
     print(f"{'partitioner':12} {'activations':14} {'step s':>8} {'MFU':>6} {'comm s':>8} {'peak GiB':>9}  conflict noted")
     for who, kind, a, noted in rows:

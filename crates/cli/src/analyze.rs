@@ -15,6 +15,9 @@ pub struct Args {
     file: String,
     #[command(flatten)]
     chip: ChipArgs,
+    /// How values of an unpartitioned module without a sharding get one
+    #[arg(long, value_enum, default_value_t)]
+    propagation: input::Propagation,
     /// Print the analysis as JSON (an array when the file holds several modules)
     #[arg(long)]
     json: bool,
@@ -190,7 +193,7 @@ pub fn run(args: &Args) -> Result<bool> {
     let chip = args.chip.load()?;
     let mut modules = Vec::new();
     for (m, _) in input::load(&args.file)? {
-        modules.push(input::partition_if_needed(m, &cancel)?);
+        modules.push(input::partition_if_needed(m, &cancel, args.propagation)?);
     }
     let mut models = Vec::new();
     for p in &modules {

@@ -122,12 +122,41 @@ pub fn load(path: &str) -> Result<Vec<(Module, SourceMap)>> {
 
 pub use tpusim_spmd::ForPricing;
 
+/// `--propagation`: how an unpartitioned module's values without a sharding
+/// get one.
+#[derive(Clone, Copy, Debug, Default, clap::ValueEnum)]
+pub enum Propagation {
+    /// A pass of its own first, both ways along each op's factors as
+    /// Shardy (XLA's propagation) does
+    #[default]
+    Factors,
+    /// During the partitioning walk, from operands to results with XLA's
+    /// backward steps where they matter (tpusim's earlier propagation: it
+    /// keeps the tokens' batch tiling at an unconstrained embedding lookup
+    /// and says so)
+    Forward,
+}
+
+impl From<Propagation> for tpusim_spmd::Propagation {
+    fn from(p: Propagation) -> Self {
+        match p {
+            Propagation::Forward => tpusim_spmd::Propagation::Forward,
+            Propagation::Factors => tpusim_spmd::Propagation::Factors,
+        }
+    }
+}
+
 /// An unpartitioned sharded module (what `jax.jit(...).lower(...)` prints) is
 /// partitioned by tpusim's SPMD partitioner before it is simulated; the note
 /// goes into the report's assumptions. Other modules come back unchanged.
-pub fn partition_if_needed(m: Module, cancel: &Cancel) -> Result<ForPricing> {
+pub fn partition_if_needed(
+    m: Module,
+    cancel: &Cancel,
+    propagation: Propagation,
+) -> Result<ForPricing> {
     let options = tpusim_spmd::PartitionOptions {
         cancel: cancel.clone(),
+        propagation: propagation.into(),
         ..Default::default()
     };
     let name = m.name.clone();

@@ -12,6 +12,13 @@ pub struct Args {
     /// Devices to partition for (default: the module's num_partitions, else its Shardy mesh size)
     #[arg(long, value_name = "N")]
     devices: Option<u32>,
+    /// How values without a sharding get one
+    #[arg(long, value_enum, default_value_t)]
+    propagation: input::Propagation,
+    /// Print the module with the sharding factor propagation gives every value,
+    /// before partitioning
+    #[arg(long, conflicts_with_all = ["propagation"])]
+    shardings: bool,
 }
 
 pub fn run(args: &Args) -> Result<bool> {
@@ -20,9 +27,14 @@ pub fn run(args: &Args) -> Result<bool> {
     let options = tpusim_spmd::PartitionOptions {
         num_devices: args.devices,
         cancel,
+        propagation: args.propagation.into(),
     };
     for (m, _) in &modules {
-        let p = tpusim_spmd::partition(m, &options).map_err(|e| match e {
+        let run = match args.shardings {
+            true => tpusim_spmd::propagate_shardings,
+            false => tpusim_spmd::partition,
+        };
+        let p = run(m, &options).map_err(|e| match e {
             tpusim_spmd::SpmdError::Cancelled(c) => anyhow::Error::new(c),
             e => anyhow::anyhow!("{}: {e}", input::display_name(&args.file)),
         })?;

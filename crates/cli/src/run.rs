@@ -17,6 +17,9 @@ use tpusim_interp::{memory, npz, sharding, GlobalRun, InterpError, RunLimits, St
 pub struct Args {
     /// HLO text file (`-` for stdin) holding one module
     file: String,
+    /// How values of an unpartitioned module without a sharding get one
+    #[arg(long, value_enum, default_value_t)]
+    propagation: input::Propagation,
     /// Arguments as an .npz archive with arrays arg0..argN (bf16/f16 as uint16 bits, f8 as uint8)
     #[arg(long, value_name = "IN.npz", conflicts_with = "random_inputs")]
     inputs: Option<String>,
@@ -113,8 +116,12 @@ pub fn run(args: &Args) -> Result<bool> {
     let global_shapes = m.entry_parameter_shapes();
     let global_outputs: Vec<Vec<usize>> = tpusim_interp::spmd::root_leaf_dims(m);
     let unpartitioned = tpusim_spmd::needs_partitioning(m);
-    let partitioned =
-        input::partition_if_needed(m.clone(), &Cancel::from_flag(interrupt.clone()))?.module;
+    let partitioned = input::partition_if_needed(
+        m.clone(),
+        &Cancel::from_flag(interrupt.clone()),
+        args.propagation,
+    )?
+    .module;
     let m = &partitioned;
     let cap = args.max_memory.unwrap_or_else(memory::default_cap);
     memory::check_run(m, cap, unpartitioned.then_some(global_outputs.as_slice()))?;

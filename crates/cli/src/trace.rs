@@ -18,6 +18,9 @@ pub struct Args {
     file: String,
     #[command(flatten)]
     chip: ChipArgs,
+    /// How values of an unpartitioned module without a sharding get one
+    #[arg(long, value_enum, default_value_t)]
+    propagation: input::Propagation,
     /// Folder to write the views into (created if missing)
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     out: PathBuf,
@@ -59,7 +62,7 @@ pub fn run(args: &Args) -> Result<bool> {
             module: m,
             notes,
             mesh,
-        } = input::partition_if_needed(m, &cancel)?;
+        } = input::partition_if_needed(m, &cancel, args.propagation)?;
         let m = &m;
         let dir = if several {
             args.out.join(folder)

@@ -1494,16 +1494,28 @@ fn analyze_explain_prints_how_one_op_was_timed() {
 #[test]
 fn an_embedding_lookup_whose_table_and_tokens_claim_one_axis_is_an_assumption() {
     // FSDP without activation constraints: the table tiles its embed dim and
-    // the tokens their batch over "fsdp"; the report says where XLA's
-    // propagation would part from tpusim's. A data-parallel step
-    // (tfm_sgd_dp8, the table replicated) has no conflict and says nothing.
-    let report = |case: &str| {
+    // the tokens their batch over "fsdp". Under forward propagation the
+    // report says where XLA's propagation would part from tpusim's; the
+    // default propagation resolves it as Shardy does and says how it
+    // propagated. A data-parallel step (tfm_sgd_dp8, the table replicated)
+    // has no conflict and says nothing.
+    let report = |case: &str, propagation: &str| {
         let pre = testdata(&format!("spmd_cases/{case}/pre.hlo"));
-        let o = tpusim(&["analyze", &pre, "--chip", "v5e"], None);
+        let o = tpusim(
+            &[
+                "analyze",
+                &pre,
+                "--chip",
+                "v5e",
+                "--propagation",
+                propagation,
+            ],
+            None,
+        );
         assert!(o.status.success(), "{}", text(&o.stderr));
         text(&o.stdout)
     };
-    let out = report("tfm_sgd_fsdp8");
+    let out = report("tfm_sgd_fsdp8", "forward");
     assert!(
         out.contains("the gathered operand (an embedding table) and the indices tile two")
             && out.contains("mesh axis 'fsdp'")
@@ -1511,7 +1523,12 @@ fn an_embedding_lookup_whose_table_and_tokens_claim_one_axis_is_an_assumption() 
             && out.contains("after_shardy-xla"),
         "{out}"
     );
-    let out = report("tfm_sgd_dp8");
+    let out = report("tfm_sgd_fsdp8", "factors");
+    assert!(
+        !out.contains("gathered operand") && out.contains("as Shardy does"),
+        "{out}"
+    );
+    let out = report("tfm_sgd_dp8", "forward");
     assert!(!out.contains("gathered operand"), "{out}");
 }
 
@@ -1538,7 +1555,7 @@ fn unpartitioned_sharded_modules_are_partitioned_by_tpusim() {
     assert!(out.contains("(8 devices)"), "{out}");
     assert!(
         out.contains(
-            "partitioned by tpusim's SPMD partitioner for 8 devices (mesh data=2 x model=4)"
+            "partitioned by tpusim's SPMD partitioner for 8 devices (mesh data=2 x model=4; "
         ),
         "{out}"
     );

@@ -61,6 +61,16 @@ impl Instruction {
             _ => None,
         }
     }
+    /// A list of dimension numbers (`dimensions={0,2}`), empty when absent;
+    /// a negative entry (malformed) becomes `usize::MAX`, which indexes
+    /// nothing.
+    pub fn attr_dims(&self, name: &str) -> Vec<usize> {
+        self.attr_ints(name)
+            .unwrap_or(&[])
+            .iter()
+            .map(|&d| usize::try_from(d).unwrap_or(usize::MAX))
+            .collect()
+    }
     pub fn attr_bool(&self, name: &str) -> Option<bool> {
         match self.attr(name)? {
             AttrValue::Bool(v) => Some(*v),

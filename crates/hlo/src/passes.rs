@@ -141,7 +141,13 @@ pub struct InlineStats {
 /// calling another twice at every level would otherwise grow exponentially);
 /// calls past that bound stay calls and are counted in `left`.
 pub fn inline_calls(m: &mut Module) -> InlineStats {
-    let (inlined, left) = inline_all(m, Opcode::Call, "to_apply");
+    inline_calls_except(m, &|_, _| false)
+}
+
+/// [`inline_calls`], leaving in place the calls `keep` picks (a shard_map
+/// body, whose values are per-device, for the SPMD partitioner).
+pub fn inline_calls_except(m: &mut Module, keep: &dyn Fn(&Module, InstrId) -> bool) -> InlineStats {
+    let (inlined, left) = inline_all(m, Opcode::Call, "to_apply", keep);
     InlineStats { inlined, left }
 }
 
@@ -149,7 +155,12 @@ pub fn inline_calls(m: &mut Module) -> InlineStats {
 /// of the computation its `attr` names, round by round (nested ones too),
 /// while the module stays within eight times its size plus 100,000
 /// instructions; returns (inlined, left in place by that bound).
-fn inline_all(m: &mut Module, opcode: Opcode, attr: &str) -> (usize, usize) {
+fn inline_all(
+    m: &mut Module,
+    opcode: Opcode,
+    attr: &str,
+    keep: &dyn Fn(&Module, InstrId) -> bool,
+) -> (usize, usize) {
     let (mut inlined, mut left) = (0, 0);
     let bound = m.instrs.len().saturating_mul(8).saturating_add(100_000);
     let mut names: NameTable = m.instrs.iter().map(|i| i.name.clone()).collect();
@@ -157,7 +168,9 @@ fn inline_all(m: &mut Module, opcode: Opcode, attr: &str) -> (usize, usize) {
         let sites: Vec<InstrId> = control_computations(m)
             .into_iter()
             .flat_map(|c| m.comp(c).instrs.clone())
-            .filter(|&i| m.instr(i).opcode == opcode && !has_control_deps(m.instr(i)))
+            .filter(|&i| {
+                m.instr(i).opcode == opcode && !has_control_deps(m.instr(i)) && !keep(m, i)
+            })
             .collect();
         // Sites grouped by caller, in text order: each caller is rewritten
         // once per round, however many of its calls are inlined.
@@ -209,7 +222,7 @@ pub struct UnfuseStats {
 /// graph a TPU fusion pass can decide on afresh. Bounded like
 /// [`inline_calls`]: at most eight times the module plus 100,000 instructions.
 pub fn inline_fusions(m: &mut Module) -> UnfuseStats {
-    let (unfused, left) = inline_all(m, Opcode::Fusion, "calls");
+    let (unfused, left) = inline_all(m, Opcode::Fusion, "calls", &|_, _| false);
     UnfuseStats {
         unfused,
         left,

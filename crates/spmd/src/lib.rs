@@ -5,9 +5,12 @@
 //!
 //! Shardings are read from `sharding=` attributes, `Sharding` custom calls and
 //! the Shardy mesh (`xla.sdy.meshes`), or from XLA's own propagation (every op
-//! annotated, shard_map bodies `{manual}`); values without one get the sharding
-//! XLA's forward propagation gives them; every op is emitted on per-device
-//! shapes after resharding its operands (see `partition` and `build`).
+//! annotated, shard_map bodies `{manual}`); values without one get theirs from
+//! a propagation pass run first, both ways along each op's factors as Shardy
+//! does (`propagate`; or, on request, forward during the walk); every op is
+//! then emitted on per-device shapes after resharding its operands, an op
+//! with a given sharding as XLA's handlers partition it (see `partition` and
+//! `build`).
 //!
 //! This crate must never print, never panic on any input, never return a
 //! module that is silently left unpartitioned (unsupported ops are errors), and
@@ -16,6 +19,7 @@
 mod build;
 pub mod mesh;
 mod partition;
+mod propagate;
 mod summary;
 
 pub use summary::{summarize, Collective, Summary};
@@ -35,6 +39,24 @@ pub struct PartitionOptions {
     pub num_devices: Option<u32>,
     /// Set to stop partitioning at the next instruction ([`SpmdError::Cancelled`]).
     pub cancel: tpusim_hlo::Cancel,
+    /// How values without a sharding get one.
+    pub propagation: Propagation,
+}
+
+/// How the partitioner gives values without a sharding one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// A pass of its own first, carried both ways along each op's factors
+    /// in Shardy's stages (see `propagate`); the partitioner then
+    /// partitions the shardings it gives, as XLA partitions Shardy's.
+    #[default]
+    Factors,
+    /// During the partitioning walk: each value takes what its operands
+    /// imply, with XLA's backward steps where they matter (loop carries,
+    /// broadcasts, partial sums asked for a tiling). Where an unconstrained
+    /// embedding lookup's table and tokens claim one mesh axis it keeps the
+    /// tokens' tiling, where XLA does not, and notes it.
+    Forward,
 }
 
 /// Why a module could not be partitioned. Every variant names the instruction
@@ -322,8 +344,14 @@ pub fn partition_for_pricing(
             sizes.join("x")
         )
     };
+    let how = match options.propagation {
+        Propagation::Factors => {
+            "shardings propagated both ways along each op's factors, as Shardy does"
+        }
+        Propagation::Forward => "shardings propagated forward (--propagation forward)",
+    };
     let mut notes = vec![format!(
-        "partitioned by tpusim's SPMD partitioner for {devices} devices ({mesh_text})"
+        "partitioned by tpusim's SPMD partitioner for {devices} devices ({mesh_text}; {how})"
     )];
     notes.extend(conflict_note(&conflicts));
     Ok(ForPricing {
@@ -371,6 +399,15 @@ pub fn partition_noting_conflicts(
     check_axis_names(module, &named)?;
     let mesh = mesh_for(module, named);
     let n = mesh.n;
+    let propagated;
+    let (module, given) = match options.propagation {
+        Propagation::Forward => (module, std::rc::Rc::default()),
+        Propagation::Factors => {
+            let p = propagate::propagate(module, &mesh)?;
+            propagated = p.module;
+            (&propagated, std::rc::Rc::new(p.given))
+        }
+    };
     // Round one propagates forward; what the ops after a loop ask of its
     // untiled results is carried into the loop in round two (XLA's backward
     // propagation through `while`: a scan's stacked gradients take the
@@ -386,6 +423,7 @@ pub fn partition_noting_conflicts(
         let mut p = Partitioner::new(module, Out::new(module, mesh.clone()));
         p.cancel = options.cancel.clone();
         p.loop_hints = hints.clone();
+        p.given = std::rc::Rc::clone(&given);
         let params = entry_shardings(&p, module)?;
         let (new_entry, root_sh) = p.computation(module.entry, &params, None)?;
         let fresh: Vec<_> = p
@@ -424,6 +462,21 @@ pub fn partition_noting_conflicts(
         ))
     })?;
     Ok((parsed, conflicts))
+}
+
+/// `module` with the sharding tpusim's factor propagation gives every value
+/// written as its `sharding=` (calls inlined): what the partitioner
+/// partitions under [`Propagation::Factors`].
+pub fn propagate_shardings(
+    module: &Module,
+    options: &PartitionOptions,
+) -> Result<Module, SpmdError> {
+    let named = mesh_of(module, options)?;
+    check_axis_names(module, &named)?;
+    let mesh = mesh_for(module, named);
+    let mut p = propagate::propagate(module, &mesh)?;
+    propagate::write_shardings(&mut p.module, &p.given, &mesh);
+    Ok(p.module)
 }
 
 /// The mesh of factor axes: named axes as declared; a single unnamed axis

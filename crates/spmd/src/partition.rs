@@ -72,11 +72,14 @@ pub struct Partitioner<'m> {
     /// later ops decide (a dot's operand tilings conflict as often, but its
     /// neighbours settle the result in Shardy's fixed point as in tpusim).
     pub conflicts: Vec<(String, String)>,
+    /// Shardings a propagation pass gave the values, by instruction name:
+    /// read as if each were the value's `sharding=`.
+    pub given: std::rc::Rc<FxHashMap<String, Vec<Sh>>>,
     /// Who reads what, built the first time a conflict asks for it.
     uses: std::cell::OnceCell<UseIndex>,
 }
 
-fn leaves_of(shape: &Shape) -> Vec<Shape> {
+pub(crate) fn leaves_of(shape: &Shape) -> Vec<Shape> {
     match shape {
         Shape::Tuple(t) => t.iter().flat_map(leaves_of).collect(),
         other => vec![other.clone()],
@@ -109,6 +112,7 @@ impl<'m> Partitioner<'m> {
             cancel: tpusim_hlo::Cancel::default(),
             conflicts: Vec::new(),
             uses: std::cell::OnceCell::new(),
+            given: Default::default(),
         }
     }
 
@@ -165,6 +169,9 @@ impl<'m> Partitioner<'m> {
 
     /// The shardings an instruction's `sharding=` gives its leaves, if it has one.
     pub fn annotation(&self, ins: &Instruction) -> Result<Option<Vec<Sh>>, SpmdError> {
+        if let Some(given) = self.given.get(&ins.name) {
+            return Ok(Some(given.clone()));
+        }
         let Some(s) = ins.sharding() else {
             return Ok(None);
         };
@@ -1231,7 +1238,8 @@ impl<'m> Partitioner<'m> {
     fn note_conflict(&mut self, id: InstrId, axes: &[Axis]) {
         let Some(&a) = axes.first() else { return };
         let ins = self.src.instr(id);
-        if ins.sharding().is_some() || self.constrained(id) {
+        let given = ins.sharding().is_some() || self.given.contains_key(&ins.name);
+        if given || self.constrained(id) {
             return;
         }
         let axis = self.out.mesh.axis_name(a);
@@ -1637,13 +1645,7 @@ impl<'m> Partitioner<'m> {
         }
         // Batching dims (take_along_axis) pair operand and index dims: they
         // must be tiled alike; every other operand dim is gathered.
-        let ints = |n: &str| -> Vec<usize> {
-            ins.attr_ints(n)
-                .unwrap_or(&[])
-                .iter()
-                .map(|&d| d as usize)
-                .collect()
-        };
+        let ints = |n: &str| ins.attr_dims(n);
         let mut op_sh = Sh::replicated(og.rank());
         let op_batch = ints("operand_batching_dims");
         let idx_batch = ints("start_indices_batching_dims");
@@ -1679,10 +1681,6 @@ impl<'m> Partitioner<'m> {
                 op_sh.dims[d] = pick;
             }
         }
-        // A lookup into rows the operand tiles (a vocab-sharded embedding)
-        // stays operand-parallel, as XLA partitions it: each device gathers
-        // from its own rows, zeroes the lookups that miss them, and the
-        // partial results are summed.
         // A gather whose own sharding is given (XLA's propagated form) is
         // partitioned straight into it where it can be: its index-parallel
         // dims tile the indices, its offset dims the operand's passthrough
@@ -2887,6 +2885,15 @@ pub fn sharding_text(s: &SingleSharding) -> String {
 }
 
 impl Partitioner<'_> {
+    /// The global-side shardings of a shard_map's exit (`LocalToGlobalShape`:
+    /// its `out_shardings`), for a propagation pass that runs before the
+    /// partitioning walk.
+    pub(crate) fn exit_shardings(&self, ins: &Instruction) -> Result<Vec<Sh>, SpmdError> {
+        let manual = self.manual_axes(ins)?;
+        let ranks: Vec<usize> = leaves_of(&ins.shape).iter().map(|l| l.rank()).collect();
+        self.sdy_shardings(ins, "xla.sdy.out_shardings", &manual, &ranks)
+    }
+
     /// Sharding of `values` of a Shardy per-value attribute over manual axes.
     /// The shardings of `key` (one per value), each checked against the rank
     /// of the value it describes (`ranks`): resharding indexes both by dim.

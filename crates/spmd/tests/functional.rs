@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{case_dirs, run_case, run_case_of, run_outputs};
+use common::{case_dirs, run_case, run_case_with, run_outputs};
+use tpusim_spmd::PartitionOptions;
 
 #[test]
 fn shared_corpus_sharded_cases_match_jax() {
@@ -52,8 +53,23 @@ fn xla_propagated_modules_run_to_jax_outputs() {
     generated_cases_of("xla_propagated.hlo");
 }
 
+/// The lowered programs under forward propagation (`--propagation forward`)
+/// run to JAX's outputs too.
+#[test]
+fn generated_cases_under_forward_propagation_match_jax() {
+    let forward = PartitionOptions {
+        propagation: tpusim_spmd::Propagation::Forward,
+        ..PartitionOptions::default()
+    };
+    generated_cases_with("pre.hlo", &forward);
+}
+
 /// Partitions each generated case's `file`, runs it and compares with JAX.
 fn generated_cases_of(file: &str) {
+    generated_cases_with(file, &PartitionOptions::default());
+}
+
+fn generated_cases_with(file: &str, options: &PartitionOptions) {
     let dirs: Vec<_> = case_dirs("spmd_cases", false)
         .into_iter()
         .filter(|d| d.join("inputs.npz").exists() && d.join(file).exists())
@@ -66,7 +82,7 @@ fn generated_cases_of(file: &str) {
     let failures: Vec<String> = dirs
         .iter()
         .filter_map(|d| {
-            run_case_of(d, file)
+            run_case_with(d, file, options)
                 .err()
                 .map(|e| format!("{}: {e}", d.display()))
         })

@@ -5,7 +5,7 @@
 //! dot's result) when the decision is missed.
 
 use tpusim_hlo::{Module, Opcode, Shape};
-use tpusim_spmd::{partition, PartitionOptions};
+use tpusim_spmd::{partition, PartitionOptions, Propagation};
 
 fn partitioned(text: &str) -> Module {
     let m = tpusim_hlo::parse_module(text).expect("test module parses");
@@ -441,20 +441,31 @@ ENTRY e {{
     )
 }
 
+/// Under forward propagation (which keeps the indices' tiling at such a
+/// lookup) the conflict is noted, unless the caller constrains the result;
+/// factor propagation resolves it as Shardy does and notes nothing.
 #[test]
 fn a_lookup_constrained_after_the_call_that_wraps_it_is_no_propagation_conflict() {
-    let conflicts = |root: &str| {
+    let conflicts = |root: &str, propagation: Propagation| {
         let m = tpusim_hlo::parse_module(&take_in_a_call(root)).expect("test module parses");
-        tpusim_spmd::partition_noting_conflicts(&m, &PartitionOptions::default())
+        let options = PartitionOptions {
+            propagation,
+            ..PartitionOptions::default()
+        };
+        tpusim_spmd::partition_noting_conflicts(&m, &options)
             .expect("partitions")
             .1
     };
     let constrained = conflicts(
         r#"ROOT y = f32[8,8,16] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1,1]<=[4]}"#,
+        Propagation::Forward,
     );
     assert!(constrained.is_empty(), "{constrained:?}");
-    let free = conflicts("ROOT y = f32[8,8,16] negate(x)");
-    assert_eq!(free.len(), 1, "{free:?}");
+    let free = "ROOT y = f32[8,8,16] negate(x)";
+    let noted = conflicts(free, Propagation::Forward);
+    assert_eq!(noted.len(), 1, "{noted:?}");
+    let resolved = conflicts(free, Propagation::Factors);
+    assert!(resolved.is_empty(), "{resolved:?}");
 }
 
 /// A dot whose own sharding is given (XLA's propagated form), tiled on the

@@ -18,7 +18,9 @@ mod common;
 use common::{case_dirs, testdata};
 use std::collections::BTreeMap;
 use std::path::Path;
-use tpusim_spmd::{partition, partition_noting_conflicts, summarize, PartitionOptions};
+use tpusim_spmd::{
+    partition, partition_noting_conflicts, summarize, PartitionOptions, Propagation,
+};
 
 type Multiset = BTreeMap<(String, u64, usize), u64>;
 
@@ -108,12 +110,15 @@ fn apply_reduce_scatter_creation(dir: &Path, collectives: &mut Multiset) {
 enum Input {
     Lowered,
     XlaPropagated,
+    /// `pre.hlo` under tpusim's forward propagation (the default is the
+    /// factor propagation pass).
+    LoweredForward,
 }
 
 impl Input {
     fn file(self) -> &'static str {
         match self {
-            Input::Lowered => "pre.hlo",
+            Input::Lowered | Input::LoweredForward => "pre.hlo",
             Input::XlaPropagated => "xla_propagated.hlo",
         }
     }
@@ -122,7 +127,14 @@ impl Input {
 fn tpusim_structure(dir: &Path, input: Input) -> Result<Structure, String> {
     let text = std::fs::read_to_string(dir.join(input.file())).map_err(|e| e.to_string())?;
     let pre = tpusim_hlo::parse_module(&text).map_err(|e| e.message.clone())?;
-    let mut post = partition(&pre, &PartitionOptions::default()).map_err(|e| e.to_string())?;
+    let options = PartitionOptions {
+        propagation: match input {
+            Input::LoweredForward => Propagation::Forward,
+            _ => Propagation::default(),
+        },
+        ..PartitionOptions::default()
+    };
+    let mut post = partition(&pre, &options).map_err(|e| e.to_string())?;
     create_reduce_scatters(&mut post);
     let s = summarize(&post);
     Ok(Structure {
@@ -162,6 +174,10 @@ fn listed_differences() -> BTreeMap<String, String> {
     listed_in("spmd_structural_differences.json")
 }
 
+fn forward_differences() -> BTreeMap<String, String> {
+    listed_in("spmd_forward_differences.json")
+}
+
 fn listed_in(file: &str) -> BTreeMap<String, String> {
     let text = std::fs::read_to_string(testdata(file)).unwrap();
     let j: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -184,6 +200,36 @@ fn partitioned_structure_matches_xla_or_is_a_listed_difference() {
     check_against_xla(Input::Lowered, &listed_differences());
 }
 
+/// The same under forward propagation (`--propagation forward`), with its
+/// own list: it keeps the indices' tiling at the gather conflicts.
+#[test]
+fn forward_propagation_structure_matches_xla_or_is_a_listed_difference() {
+    check_against_xla(Input::LoweredForward, &forward_differences());
+}
+
+/// From the lowered program, the cases whose forward propagation parts from
+/// Shardy's at an embedding gather move near XLA's bytes under factor
+/// propagation (forward propagation moves 0.29-1.01x of them).
+#[test]
+fn factor_propagation_moves_near_xla_bytes_at_gather_conflicts() {
+    let bytes = |c: &Multiset| -> u64 { c.iter().map(|((_, b, _), n)| b * n).sum() };
+    let mut checked = 0;
+    for (name, why) in forward_differences() {
+        if !why.starts_with(GATHER_CONFLICT) {
+            continue;
+        }
+        let dir = testdata("spmd_cases").join(&name);
+        let got = tpusim_structure(&dir, Input::Lowered).unwrap();
+        let ratio = bytes(&got.collectives) as f64 / bytes(&xla_structure(&dir).collectives) as f64;
+        assert!(
+            (0.85..=2.0).contains(&ratio),
+            "{name}: tpusim moves {ratio:.2}x XLA's bytes from the lowered program"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} gather-conflict cases");
+}
+
 /// Partitioning XLA's own propagation of each program (a sharding on every
 /// instruction, shard_map bodies annotated `{manual}`) separates tpusim's
 /// partitioner from its propagation: a case matching here but not from the
@@ -203,7 +249,7 @@ fn partitioning_xla_propagated_modules_matches_xla_or_is_a_listed_difference() {
 /// cases).
 #[test]
 fn given_xla_propagation_the_gather_conflict_cases_move_xla_bytes() {
-    let listed = listed_differences();
+    let listed = forward_differences();
     let bytes = |c: &Multiset| -> u64 { c.iter().map(|((_, b, _), n)| b * n).sum() };
     let mut checked = 0;
     for dir in structure_cases() {
@@ -256,20 +302,24 @@ fn check_against_xla(input: Input, listed: &BTreeMap<String, String>) {
 /// propagation parts from tpusim's at an embedding gather.
 const GATHER_CONFLICT: &str = "propagation conflict at the embedding gather";
 
-/// tpusim's assumption line for a gather whose table and indices tile two
+/// Under forward propagation, tpusim's assumption line for a gather whose table and indices tile two
 /// dims of an unconstrained result over one mesh axis marks exactly the
 /// cases that differ from XLA for that reason: no matching case gets it, and
 /// every case listed for it does.
 #[test]
 fn gather_conflict_notes_mark_exactly_the_propagation_differences() {
-    let listed = listed_differences();
+    let listed = forward_differences();
+    let forward = PartitionOptions {
+        propagation: Propagation::Forward,
+        ..PartitionOptions::default()
+    };
     let mut errors = Vec::new();
     let mut noted = 0;
     for dir in structure_cases() {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let text = std::fs::read_to_string(dir.join("pre.hlo")).unwrap();
         let pre = tpusim_hlo::parse_module(&text).unwrap();
-        let conflicts = partition_noting_conflicts(&pre, &PartitionOptions::default())
+        let conflicts = partition_noting_conflicts(&pre, &forward)
             .map(|(_, c)| c)
             .unwrap_or_default();
         let listed_for_it = listed
@@ -313,6 +363,10 @@ fn survey_structure() {
         match difference(&dir, Input::XlaPropagated) {
             None => println!("SAME-GIVEN-XLA-PROPAGATION {name}"),
             Some(d) => println!("DIFF-GIVEN-XLA-PROPAGATION {name}: {d}"),
+        }
+        match difference(&dir, Input::LoweredForward) {
+            None => println!("SAME-FORWARD-PROPAGATION {name}"),
+            Some(d) => println!("DIFF-FORWARD-PROPAGATION {name}: {d}"),
         }
     }
 }

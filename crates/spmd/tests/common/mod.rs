@@ -51,9 +51,18 @@ pub fn run_outputs(dir: &Path) -> Result<Vec<Output>, String> {
 
 /// [`run_outputs`] for another module of the case (`xla_propagated.hlo`).
 pub fn run_outputs_of(dir: &Path, file: &str) -> Result<Vec<Output>, String> {
+    run_outputs_with(dir, file, &PartitionOptions::default())
+}
+
+/// [`run_outputs_of`] partitioned with `options`.
+pub fn run_outputs_with(
+    dir: &Path,
+    file: &str,
+    options: &PartitionOptions,
+) -> Result<Vec<Output>, String> {
     let text = std::fs::read_to_string(dir.join(file)).map_err(err)?;
     let pre = tpusim_hlo::parse_module(&text).map_err(|e| e.message.clone())?;
-    let post = partition(&pre, &PartitionOptions::default()).map_err(err)?;
+    let post = partition(&pre, options).map_err(err)?;
     let shapes = pre.entry_parameter_shapes();
     let args = npz::read_named(&dir.join("inputs.npz"), "arg", &shapes).map_err(err)?;
     let out_shapes: Vec<tpusim_hlo::Shape> = pre
@@ -100,7 +109,12 @@ pub fn run_case(dir: &Path) -> Result<(), String> {
 
 /// [`run_case`] for another module of the case (`xla_propagated.hlo`).
 pub fn run_case_of(dir: &Path, file: &str) -> Result<(), String> {
-    for (k, o) in run_outputs_of(dir, file)?.iter().enumerate() {
+    run_case_with(dir, file, &PartitionOptions::default())
+}
+
+/// [`run_case_of`] partitioned with `options`.
+pub fn run_case_with(dir: &Path, file: &str, options: &PartitionOptions) -> Result<(), String> {
+    for (k, o) in run_outputs_with(dir, file, options)?.iter().enumerate() {
         // bf16 programs round every intermediate: a different (but equally
         // valid) summation order of partial results moves f32 outputs too.
         let tol = if o.low_precision { 2e-2 } else { 1e-4 };
