@@ -6,24 +6,32 @@
 //! op's dim `d` is one factor across all of them, a dot's batch, free and
 //! contracting dims are factors (the contracting one shared by the operands
 //! only), a reshape's merged or split dims share their major factor, and so
-//! on (`factors_of`). Propagation repeats over the ops until nothing changes:
-//! each factor takes the longest sharding its members agree on (their common
-//! prefix where they conflict), and every open member that holds a prefix of
-//! it is extended, skipping axes the member's other dims already use. Where
-//! two factors of one op would give one tensor the same axis, the factor
-//! whose sharding comes from the larger tensor wins (Shardy's aggressive
-//! propagation: resharding the smaller tensor is cheaper).
+//! on (`factors_of`). Each factor takes the longest sharding its members
+//! agree on (their common prefix where they conflict), and every open member
+//! that holds a prefix of it is extended, skipping axes the member's other
+//! dims already use. Where two factors of one op would give one tensor the
+//! same axis, the factor whose sharding comes from the larger tensor wins
+//! (Shardy's aggressive propagation: resharding the smaller tensor is
+//! cheaper). It runs in Shardy's three op-priority stages (elementwise,
+//! shape and data-flow ops; every pass-through factor; everything), each a
+//! worklist: every op in program order, then, depth first, the ops touching
+//! a value that changed.
 //!
-//! Annotated values (parameters, `Sharding` constraints, annotated results)
-//! are closed: propagation reads them and never changes them. The result is
-//! a side table of every value's sharding, which the partitioner partitions
-//! as given, as XLA partitions Shardy's output (`write_shardings` prints it
-//! as `sharding=` attributes on request).
+//! Annotated values (parameters, `Sharding` constraints, annotated results,
+//! shard_map exits) are closed: propagation reads them and never changes
+//! them. The result is a side table of every value's sharding, which the
+//! partitioner partitions as given, as XLA partitions Shardy's output
+//! (`write_shardings` prints it as `sharding=` attributes on request).
 //!
-//! Not modelled: Shardy's op priorities, sub-axes (an axis that does not
-//! divide a dim is not split), open dims inside annotations (every annotated
-//! dim is closed), and propagation into conditional branches and shard_map
-//! bodies (they keep their annotations).
+//! Not modelled: the exact order Shardy's rewrite driver visits ops in (where
+//! Shardy's outcome depends on it the two can part), sub-axes, open dims
+//! inside annotations (every annotated dim is closed), Shardy's refusal to
+//! tile a dim unevenly (tpusim carries an uneven tiling on, padded, but never
+//! more tiles than rows), and shard_map bodies (they keep their own
+//! annotations).
+//!
+//! This pass never prints and never panics on any input: a malformed op
+//! simply has no factors, and the partitioner reports it.
 
 use rustc_hash::FxHashMap;
 use tpusim_hlo::attr::{set_attr, Sharding};
