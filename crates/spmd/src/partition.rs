@@ -1695,15 +1695,16 @@ impl<'m> Partitioner<'m> {
                 idx.dims[bi] = out.dims[bo].clone();
             }
             let mut opnd = Sh::replicated(og.rank());
-            for (k, &b) in op_batch.iter().enumerate() {
-                opnd.dims[b] = idx.dims[idx_batch[k]].clone();
+            for (&b, &i) in op_batch.iter().zip(&idx_batch) {
+                *opnd.dims.get_mut(b)? = idx.dims.get(i)?.clone();
             }
             for (&o, &d) in offset.iter().zip(&window) {
                 let whole = slice_sizes.get(d) == og.dims().get(d);
-                if !out.dims[o].is_empty() && (!whole || index_map.contains(&d)) {
+                let axes = out.dims.get(o)?;
+                if !axes.is_empty() && (!whole || index_map.contains(&d)) {
                     return None;
                 }
-                opnd.dims[d] = out.dims[o].clone();
+                opnd.dims[d] = axes.clone();
             }
             Some((idx, opnd))
         });
@@ -2460,6 +2461,23 @@ fn xla_dot_handler(
     out: &Sh,
     mesh: &crate::mesh::Mesh,
 ) -> Option<(Sh, Sh)> {
+    // Dimension numbers past an operand's rank (a malformed dot) fit no case.
+    let fits = |dims: &[usize], s: &Sh| dims.iter().all(|&k| k < s.rank());
+    let sides = [
+        (d.lb, ls),
+        (d.lc, ls),
+        (d.lfree, ls),
+        (d.rb, rs),
+        (d.rc, rs),
+        (d.rfree, rs),
+    ];
+    let result_rank = d.lb.len() + d.lfree.len() + d.rfree.len();
+    if !sides.iter().all(|(dims, s)| fits(dims, s))
+        || result_rank != out.rank()
+        || d.lb.len() != d.rb.len()
+    {
+        return None;
+    }
     let all = mesh.count(&mesh.axes().collect::<Vec<_>>());
     if let Some(found) = xla_base_case(d, (ls, rs), ranks, sizes, out, mesh, all) {
         return Some(found);

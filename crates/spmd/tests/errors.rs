@@ -217,3 +217,25 @@ fn four_tiles_on_eight_devices(text: &str) -> String {
     );
     e.to_string()
 }
+
+/// Found by the pipeline fuzzer: a gather whose batching-dims attribute is
+/// misspelled (so its operand and index batching dims do not pair) and whose
+/// own sharding is given. Partitioning it toward that sharding must not
+/// index past either list: the module partitions or is an error, never a
+/// panic.
+#[test]
+fn a_given_gather_with_unpaired_batching_dims_does_not_panic() {
+    let text = r#"HloModule module
+
+ENTRY entry {
+  %input = f32[10,3,14,4] parameter(0), sharding={devices=[2,1,2,1]<=[2,2]T(1,0)}
+  %indices = s32[14,10,6,2] parameter(1), sharding={devices=[2,2,1,1]<=[4]}
+  ROOT %gather = f32[14,10,6,2] gather(%input, %indices), offset_dims={3},
+    collapsed_slice_dims={1}, operand_batching_dims={0,2},
+    start_indices_batching_Dims={1,0}, start_index_map={1,3},
+    index_vector_dim=3, slice_sizes={1,1,1,2}, sharding={devices=[2,2,1,1]<=[4]}
+}
+"#;
+    let outcome = std::panic::catch_unwind(|| partition_text(text, None).map(|_| ()));
+    assert!(outcome.is_ok(), "partitioning panicked");
+}
