@@ -7,6 +7,7 @@ use crate::build::{attr, scatter_target, set_attr, without, CompB, Out};
 use crate::mesh::{free_part, read_sharding, Axis, ReadError, Sh};
 use crate::SpmdError;
 use rustc_hash::FxHashMap;
+use std::ops::Range;
 use tpusim_hlo::attr::{Sharding, SingleSharding, SliceDim};
 use tpusim_hlo::{AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape};
 
@@ -2823,13 +2824,12 @@ fn reduce_into_bytes(mesh: &crate::mesh::Mesh, g: &[i64], elem: f64, out: &Sh, t
         + reshard_bytes(mesh, g, elem, &after, to)
 }
 
-/// Reshape's output sharding for operand sharding `s`, when every tiled input
-/// dim maps onto an output dim it stays the major part of; `None` otherwise.
-fn reshape_sharding(g_in: &[i64], g_out: &[i64], s: &Sh, mesh: &crate::mesh::Mesh) -> Option<Sh> {
-    let mut out = Sh::replicated(g_out.len());
+/// A reshape's dim groups: the shortest runs of input and output dims with
+/// equal products, in order (size-1 dims joined to a neighbouring group).
+pub(crate) fn reshape_groups(g_in: &[i64], g_out: &[i64]) -> Vec<(Range<usize>, Range<usize>)> {
+    let mut groups = Vec::new();
     let (mut i, mut j) = (0usize, 0usize);
     while i < g_in.len() || j < g_out.len() {
-        // One group: the shortest runs of dims with equal products.
         let (i0, j0) = (i, j);
         let (mut pi, mut pj) = (1i64, 1i64);
         loop {
@@ -2841,26 +2841,36 @@ fn reshape_sharding(g_in: &[i64], g_out: &[i64], s: &Sh, mesh: &crate::mesh::Mes
                 break;
             }
             if pi <= pj && i < g_in.len() {
-                pi *= g_in[i];
+                pi = pi.saturating_mul(g_in[i]);
                 i += 1;
             } else if j < g_out.len() {
-                pj *= g_out[j];
+                pj = pj.saturating_mul(g_out[j]);
                 j += 1;
             } else if i < g_in.len() {
-                pi *= g_in[i];
+                pi = pi.saturating_mul(g_in[i]);
                 i += 1;
             } else {
                 break;
             }
         }
-        let sharded: Vec<usize> = (i0..i).filter(|&d| !s.dims[d].is_empty()).collect();
+        groups.push((i0..i, j0..j));
+    }
+    groups
+}
+
+/// Reshape's output sharding for operand sharding `s`, when every tiled input
+/// dim maps onto an output dim it stays the major part of; `None` otherwise.
+fn reshape_sharding(g_in: &[i64], g_out: &[i64], s: &Sh, mesh: &crate::mesh::Mesh) -> Option<Sh> {
+    let mut out = Sh::replicated(g_out.len());
+    for (ins, outs) in reshape_groups(g_in, g_out) {
+        let sharded: Vec<usize> = ins.clone().filter(|&d| !s.dims[d].is_empty()).collect();
         match sharded.as_slice() {
             [] => {}
             [d] => {
-                let major_in = (i0..i).find(|&k| g_in[k] != 1)?;
-                let major_out = (j0..j).find(|&k| g_out[k] != 1)?;
+                let major_in = ins.clone().find(|&k| g_in[k] != 1)?;
+                let major_out = outs.clone().find(|&k| g_out[k] != 1)?;
                 let t = i64::from(mesh.count(&s.dims[*d]));
-                let one_to_one = i - i0 == 1 && j - j0 == 1;
+                let one_to_one = ins.len() == 1 && outs.len() == 1;
                 if *d != major_in || !(one_to_one || g_out[major_out] % t == 0 && g_in[*d] % t == 0)
                 {
                     return None;

@@ -38,7 +38,7 @@ use tpusim_hlo::attr::{set_attr, Sharding};
 use tpusim_hlo::{AttrValue, CompId, InstrId, Module, Opcode, Shape};
 
 use crate::mesh::{Axis, Mesh, Sh};
-use crate::partition::{leaves_of, Partitioner};
+use crate::partition::{leaves_of, reshape_groups, Partitioner};
 use crate::SpmdError;
 
 /// The ranks of a value's array leaves (tokens count as rank 0), in leaf
@@ -80,9 +80,6 @@ struct Rule {
     instr: InstrId,
     operands: Vec<InstrId>,
     factors: Vec<Factor>,
-    /// Per factor: whether it passes through to the result (Shardy's
-    /// pass-through factors, against reduction factors).
-    passthrough: Vec<bool>,
     class: Class,
 }
 
@@ -110,6 +107,13 @@ enum Direction {
 const STAGES: usize = 3;
 
 impl Rule {
+    /// Whether factor `k` passes through to the result (Shardy's
+    /// pass-through factors; the others, a dot's contracting dims or a
+    /// reduce's reduced dims, are reductions).
+    fn passes_through(&self, k: usize) -> bool {
+        self.factors[k].iter().any(|((v, _), _)| *v == self.instr)
+    }
+
     /// Where a value stands among the op's tensors: its operands in order,
     /// then its results.
     fn tensor_index(&self, (v, leaf): Slot) -> usize {
@@ -123,7 +127,7 @@ impl Rule {
 fn direction(stage: usize, rule: &Rule, k: usize) -> Direction {
     match (rule.class, stage) {
         (Class::Identity, _) | (_, 2) => Direction::Both,
-        (_, 1) if rule.passthrough[k] => Direction::Both,
+        (_, 1) if rule.passes_through(k) => Direction::Both,
         (Class::ForwardSlice, _) => Direction::Forward,
         _ => Direction::None,
     }
@@ -142,10 +146,6 @@ pub(crate) fn propagate(module: &Module, mesh: &Mesh) -> Result<Propagated, Spmd
         .flat_map(|&c| m.comp(c).instrs.iter().map(|&i| rule_of(&m, i, &states)))
         .filter(|r| !r.factors.is_empty())
         .collect();
-    let last = std::env::var("DBG_STAGES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(STAGES);
     let mut touching: FxHashMap<Slot, Vec<usize>> = FxHashMap::default();
     for (r, rule) in rules.iter().enumerate() {
         for &(slot, _) in rule.factors.iter().flatten() {
@@ -158,7 +158,7 @@ pub(crate) fn propagate(module: &Module, mesh: &Mesh) -> Result<Propagated, Spmd
     // Each stage is a worklist, as Shardy's rewrite driver keeps one: every
     // op in program order first, then, depth first, the ops reading or
     // writing a value that changed.
-    for stage in 0..last {
+    for stage in 0..STAGES {
         let mut stack: Vec<usize> = (0..rules.len()).rev().collect();
         let mut queued = vec![true; rules.len()];
         let mut budget = MAX_ROUNDS.saturating_mul(rules.len());
@@ -199,11 +199,10 @@ fn is_manual_body(m: &Module, call: &tpusim_hlo::Instruction) -> bool {
     }) || call.operands.iter().any(|&o| {
         let producer = m.instr(o);
         producer.opcode == Opcode::GetTupleElement
-            && producer.operands.first().is_some_and(|&t| {
-                m.instr(t)
-                    .attr("custom_call_target")
-                    .is_some_and(is_manual_boundary)
-            })
+            && producer
+                .operands
+                .first()
+                .is_some_and(|&t| is_manual_boundary(m.instr(t)))
     })
 }
 
@@ -247,12 +246,8 @@ fn initial_states(
             if manual_side(m, i) {
                 continue;
             }
-            let target = match ins.attr("custom_call_target") {
-                Some(AttrValue::Str(t)) if ins.opcode == Opcode::CustomCall => t.as_str(),
-                _ => "",
-            };
-            let given = match target {
-                "xla.sdy.LocalToGlobalShape" => Some(reader.exit_shardings(ins)?),
+            let given = match target(ins) {
+                Some("xla.sdy.LocalToGlobalShape") => Some(reader.exit_shardings(ins)?),
                 _ => reader.annotation(ins)?,
             };
             for (leaf, shape) in leaves_of(&ins.shape).iter().enumerate() {
@@ -283,24 +278,36 @@ fn initial_states(
 /// taken from it, the body call): per-device, left as they are.
 fn manual_side(m: &Module, i: InstrId) -> bool {
     let ins = m.instr(i);
-    let entry = |x: &tpusim_hlo::Instruction| matches!(x.attr("custom_call_target"), Some(AttrValue::Str(t)) if t == "xla.sdy.GlobalToLocalShape" || t == "SPMDFullToShardShape");
+    let entry = |x: &tpusim_hlo::Instruction| {
+        matches!(
+            target(x),
+            Some("xla.sdy.GlobalToLocalShape" | "SPMDFullToShardShape")
+        )
+    };
     entry(ins)
         || (ins.opcode == Opcode::GetTupleElement
             && ins.operands.first().is_some_and(|&t| entry(m.instr(t))))
         || (ins.opcode == Opcode::Call && is_manual_body(m, ins))
 }
 
-fn is_manual_boundary(target: &AttrValue) -> bool {
-    let text = match target {
-        AttrValue::Str(s) => s.as_str(),
-        _ => return false,
-    };
+/// A custom call's target.
+fn target(ins: &tpusim_hlo::Instruction) -> Option<&str> {
+    match ins.opcode {
+        Opcode::CustomCall => ins.attr_ident("custom_call_target"),
+        _ => None,
+    }
+}
+
+/// Whether `ins` enters or leaves a shard_map region.
+fn is_manual_boundary(ins: &tpusim_hlo::Instruction) -> bool {
     matches!(
-        text,
-        "SPMDFullToShardShape"
-            | "SPMDShardToFullShape"
-            | "xla.sdy.GlobalToLocalShape"
-            | "xla.sdy.LocalToGlobalShape"
+        target(ins),
+        Some(
+            "SPMDFullToShardShape"
+                | "SPMDShardToFullShape"
+                | "xla.sdy.GlobalToLocalShape"
+                | "xla.sdy.LocalToGlobalShape"
+        )
     )
 }
 
@@ -420,12 +427,6 @@ fn rule_of(m: &Module, i: InstrId, states: &FxHashMap<Slot, State>) -> Rule {
         .map(|f| f.into_iter().filter(has_dim).collect::<Factor>())
         .filter(|f| f.len() > 1)
         .collect();
-    // Factors the result spans pass through the op; the others (a dot's
-    // contracting dims, a reduce's reduced dims) are reductions.
-    let passthrough = factors
-        .iter()
-        .map(|f| f.iter().any(|((v, _), _)| *v == i))
-        .collect();
     use Opcode::*;
     let class = match ins.opcode {
         DynamicSlice | DynamicUpdateSlice => Class::ForwardSlice,
@@ -439,7 +440,6 @@ fn rule_of(m: &Module, i: InstrId, states: &FxHashMap<Slot, State>) -> Rule {
         instr: i,
         operands: ins.operands.clone(),
         factors,
-        passthrough,
         class,
     }
 }
@@ -459,38 +459,39 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
         return Vec::new();
     }
     let rank_of = |s: &Shape| s.as_array().map_or(0, |a| a.dims.len());
-    let dims_of = |s: &Shape| s.as_array().map(|a| a.dims.clone()).unwrap_or_default();
+    // Operand `k`'s (array) value and its dims.
     let op = |k: usize| -> (Slot, Vec<i64>) {
         let o = ins.operands[k];
-        ((o, 0), dims_of(&m.instr(o).shape))
+        ((o, 0), array_dims(m, o))
     };
+    // Operand `k`'s value alone (no dims copied).
+    let slot = |k: usize| -> Slot { (ins.operands[k], 0) };
     let res: Slot = (i, 0);
-    let out_dims = dims_of(&ins.shape);
+    let out_dims = array_dims(m, i);
     let ints = |n: &str| ins.attr_dims(n);
     use Opcode::*;
     match ins.opcode {
         Parameter | Constant | Iota | RngGetAndUpdateState | PartitionId | ReplicaId | AfterAll => {
             Vec::new()
         }
-        op_code
-            if op_code.is_elementwise()
-                || matches!(op_code, Copy | OptBarrier if !ins.shape.is_tuple()) =>
-        {
+        // An optimization barrier (jax.checkpoint) passes every leaf of its
+        // operand through, as a tuple does.
+        OptBarrier => identity_leaves(m, ins.operands[0], i),
+        op_code if op_code.is_elementwise() || op_code == Copy => {
             let r = rank_of(&ins.shape);
+            let same_rank: Vec<usize> = (0..ins.operands.len())
+                .filter(|&k| rank_of(&m.instr(ins.operands[k]).shape) == r)
+                .collect();
             (0..r)
                 .map(|d| {
                     let mut f = vec![(res, d)];
-                    for k in 0..ins.operands.len() {
-                        if rank_of(&m.instr(ins.operands[k]).shape) == r {
-                            f.push((op(k).0, d));
-                        }
-                    }
+                    f.extend(same_rank.iter().map(|&k| (slot(k), d)));
                     f
                 })
                 .collect()
         }
         Broadcast => {
-            let (o, _) = op(0);
+            let o = slot(0);
             ints("dimensions")
                 .iter()
                 .enumerate()
@@ -498,7 +499,7 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
                 .collect()
         }
         Transpose => {
-            let (o, _) = op(0);
+            let o = slot(0);
             ints("dimensions")
                 .iter()
                 .enumerate()
@@ -525,7 +526,7 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
                 .iter()
                 .enumerate()
                 .map(|(t, &d)| {
-                    let mut f: Factor = (0..n).map(|k| (op(k).0, d)).collect();
+                    let mut f: Factor = (0..n).map(|k| (slot(k), d)).collect();
                     f.extend((0..n).map(|k| ((i, k), t)));
                     f
                 })
@@ -533,7 +534,7 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
             fs.extend(
                 reduced
                     .iter()
-                    .map(|&d| (0..n).map(|k| (op(k).0, d)).collect()),
+                    .map(|&d| (0..n).map(|k| (slot(k), d)).collect()),
             );
             fs
         }
@@ -562,16 +563,15 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
                 .filter(|&d| d != cat)
                 .map(|d| {
                     let mut f = vec![(res, d)];
-                    f.extend((0..ins.operands.len()).map(|k| (op(k).0, d)));
+                    f.extend((0..ins.operands.len()).map(|k| (slot(k), d)));
                     f
                 })
                 .collect()
         }
         Gather => gather_factors(m, i, &ints),
         Scatter if ins.operands.len() == 3 => scatter_factors(m, i, &ints),
-        CustomCall if matches!(ins.attr("custom_call_target"), Some(AttrValue::Str(t)) if t == "Sharding") =>
-        {
-            let (o, _) = op(0);
+        CustomCall if target(ins) == Some("Sharding") => {
+            let o = slot(0);
             (0..out_dims.len())
                 .map(|d| vec![(res, d), (o, d)])
                 .collect()
@@ -580,12 +580,11 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
             let mut fs = Vec::new();
             let mut offset = 0;
             for &o in &ins.operands {
-                for (leaf, s) in leaves_of(&m.instr(o).shape).iter().enumerate() {
-                    fs.extend(
-                        (0..rank_of(s)).map(|d| vec![((i, offset + leaf), d), ((o, leaf), d)]),
-                    );
+                let ranks = leaf_ranks(&m.instr(o).shape);
+                for (leaf, &rank) in ranks.iter().enumerate() {
+                    fs.extend((0..rank).map(|d| vec![((i, offset + leaf), d), ((o, leaf), d)]));
                 }
-                offset += leaves_of(&m.instr(o).shape).len();
+                offset += ranks.len();
             }
             fs
         }
@@ -614,11 +613,11 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
                 TopK => rank.saturating_sub(1),
                 _ => usize::MAX,
             };
+            let leaves = leaf_ranks(&ins.shape).len();
             (0..rank)
                 .filter(|&d| d != shrunk)
                 .map(|d| {
-                    let mut f: Factor = (0..ins.operands.len()).map(|k| (op(k).0, d)).collect();
-                    let leaves = leaf_ranks(&ins.shape).len();
+                    let mut f: Factor = (0..ins.operands.len()).map(|k| (slot(k), d)).collect();
                     f.extend((0..leaves).map(|leaf| ((i, leaf), d)));
                     f
                 })
@@ -633,7 +632,7 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
             (0..out_dims.len())
                 .filter(|&d| whole(d))
                 .map(|d| {
-                    let mut f: Factor = (0..n).map(|k| (op(k).0, d)).collect();
+                    let mut f: Factor = (0..n).map(|k| (slot(k), d)).collect();
                     f.extend((0..n).map(|k| ((i, k), d)));
                     f
                 })
@@ -643,8 +642,8 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
             let Some(AttrValue::DimLabels(dl)) = ins.attr("dim_labels") else {
                 return Vec::new();
             };
-            let ((l, _), (r, _)) = (op(0), op(1));
-            let u = |x: i64| x as usize;
+            let (l, r) = (slot(0), slot(1));
+            let u = |x: i64| usize::try_from(x).unwrap_or(usize::MAX);
             vec![
                 vec![(res, u(dl.output_batch)), (l, u(dl.input_batch))],
                 vec![
@@ -662,39 +661,20 @@ fn same_size_dims<'a>(a: &'a [i64], b: &'a [i64]) -> impl Iterator<Item = usize>
     (0..a.len().min(b.len())).filter(move |&d| a[d] == b[d])
 }
 
-/// The (input dim, output dim) pairs a reshape keeps tiled alike: dims in
-/// groups whose sizes multiply alike, one to one, or the single dim of a
-/// split or merge with the major dim on the other side.
+/// The (input dim, output dim) pairs a reshape keeps tiled alike: in each
+/// group of dims whose sizes multiply alike (`reshape_groups`), the major
+/// dims of both sides, where one side is a single dim (one to one, a split
+/// or a merge); size-1 dims never.
 fn reshape_pairs(a: &[i64], b: &[i64]) -> Vec<(usize, usize)> {
-    let ia: Vec<usize> = (0..a.len()).filter(|&d| a[d] != 1).collect();
-    let ib: Vec<usize> = (0..b.len()).filter(|&d| b[d] != 1).collect();
-    let (mut x, mut y) = (0, 0);
-    let mut pairs = Vec::new();
-    while x < ia.len() && y < ib.len() {
-        let (x0, y0) = (x, y);
-        let (mut pa, mut pb) = (a[ia[x]], b[ib[y]]);
-        while pa != pb {
-            if pa < pb {
-                x += 1;
-                match ia.get(x) {
-                    Some(&d) => pa = pa.saturating_mul(a[d]),
-                    None => return pairs,
-                }
-            } else {
-                y += 1;
-                match ib.get(y) {
-                    Some(&d) => pb = pb.saturating_mul(b[d]),
-                    None => return pairs,
-                }
-            }
-        }
-        if x == x0 || y == y0 {
-            pairs.push((ia[x0], ib[y0]));
-        }
-        x += 1;
-        y += 1;
-    }
-    pairs
+    reshape_groups(a, b)
+        .into_iter()
+        .filter_map(|(ins, outs)| {
+            let ia: Vec<usize> = ins.filter(|&d| a[d] != 1).collect();
+            let ib: Vec<usize> = outs.filter(|&d| b[d] != 1).collect();
+            let single = ia.len() == 1 || ib.len() == 1;
+            Some((*ia.first()?, *ib.first()?)).filter(|_| single)
+        })
+        .collect()
 }
 
 /// A dot's factors: batch dims (both operands and the result), free dims
@@ -828,6 +808,16 @@ fn while_factors(m: &Module, i: InstrId) -> Vec<Factor> {
         .collect()
 }
 
+/// Every dim of every leaf of `a` is one factor with the same leaf and dim
+/// of `b` (a value passed on unchanged).
+fn identity_leaves(m: &Module, a: InstrId, b: InstrId) -> Vec<Factor> {
+    leaf_ranks(&m.instr(a).shape)
+        .into_iter()
+        .enumerate()
+        .flat_map(|(leaf, rank)| (0..rank).map(move |d| vec![((a, leaf), d), ((b, leaf), d)]))
+        .collect()
+}
+
 /// A call's operands are its callee's parameters, and its result the
 /// callee's root.
 fn call_factors(m: &Module, i: InstrId) -> Vec<Factor> {
@@ -843,13 +833,10 @@ fn call_factors(m: &Module, i: InstrId) -> Vec<Factor> {
         .zip(comp.params.iter().copied())
         .collect();
     pairs.push((i, comp.root));
-    let mut fs = Vec::new();
-    for (a, b) in pairs {
-        for (leaf, rank) in leaf_ranks(&m.instr(a).shape).into_iter().enumerate() {
-            fs.extend((0..rank).map(|d| vec![((a, leaf), d), ((b, leaf), d)]));
-        }
-    }
-    fs
+    pairs
+        .into_iter()
+        .flat_map(|(a, b)| identity_leaves(m, a, b))
+        .collect()
 }
 
 /// A conditional's branch operands are its branches' parameters, and its
@@ -867,9 +854,8 @@ fn conditional_factors(m: &Module, i: InstrId) -> Vec<Factor> {
             (Some(i), Some(comp.root)),
         ];
         for (a, b) in pairs {
-            let (Some(a), Some(b)) = (a, b) else { continue };
-            for (leaf, rank) in leaf_ranks(&m.instr(a).shape).into_iter().enumerate() {
-                fs.extend((0..rank).map(|d| vec![((a, leaf), d), ((b, leaf), d)]));
+            if let (Some(a), Some(b)) = (a, b) {
+                fs.extend(identity_leaves(m, a, b));
             }
         }
     }
@@ -890,10 +876,7 @@ fn given_shardings(
     for &c in comps {
         for &i in &m.comp(c).instrs {
             let ins = m.instr(i);
-            let boundary = ins.opcode == Opcode::CustomCall
-                && ins
-                    .attr("custom_call_target")
-                    .is_some_and(is_manual_boundary);
+            let boundary = is_manual_boundary(ins);
             let entry_root = c == m.entry && i == m.comp(c).root;
             if boundary || entry_root || ins.sharding().is_some() {
                 continue;
