@@ -474,10 +474,14 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
         Parameter | Constant | Iota | RngGetAndUpdateState | PartitionId | ReplicaId | AfterAll => {
             Vec::new()
         }
-        // An optimization barrier (jax.checkpoint) passes every leaf of its
-        // operand through, as a tuple does.
-        OptBarrier => identity_leaves(m, ins.operands[0], i),
-        op_code if op_code.is_elementwise() || op_code == Copy => {
+        // A tuple-shaped optimization barrier (jax.checkpoint) stops
+        // propagation: carrying shardings through it moved the README step's
+        // partition away from XLA's (bench/README.md, sixteenth session).
+        op_code
+            if op_code.is_elementwise()
+                || op_code == Copy
+                || (op_code == OptBarrier && !ins.shape.is_tuple()) =>
+        {
             let r = rank_of(&ins.shape);
             let same_rank: Vec<usize> = (0..ins.operands.len())
                 .filter(|&k| rank_of(&m.instr(ins.operands[k]).shape) == r)

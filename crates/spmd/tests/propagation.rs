@@ -530,24 +530,3 @@ fn a_scatter_given_a_passthrough_tiling_scatters_each_devices_columns() {
     assert!(shapes_of(&m, Opcode::AllReduce).is_empty());
     assert!(shapes_of(&m, Opcode::ReduceScatter).is_empty());
 }
-
-/// An optimization barrier (`jax.checkpoint`) over a tuple passes each leaf's
-/// sharding through: the value taken out of it stays tiled, where a barrier
-/// that stopped propagation would leave it replicated and gather it.
-#[test]
-fn a_tuple_optimization_barrier_passes_its_leaves_shardings_through() {
-    let m = partitioned(
-        r#"HloModule barrier, num_partitions=4
-ENTRY e {
-  p = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
-  t = (f32[8,16]) tuple(p)
-  b = (f32[8,16]) opt-barrier(t)
-  g = f32[8,16] get-tuple-element(b), index=0
-  n = f32[8,16] negate(g)
-  ROOT r = f32[8,16] exponential(n)
-}
-"#,
-    );
-    assert_eq!(shapes_of(&m, Opcode::Negate), vec![vec![2, 16]]);
-    assert!(shapes_of(&m, Opcode::AllGather).is_empty());
-}
