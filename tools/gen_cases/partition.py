@@ -475,6 +475,22 @@ def _():
                 [P(None, "data"), P(None, "model"), P(None, "model")], m)
 
 
+@case("scan_carry_body_tiling", "scan",
+      "a scan carry whose body tiles it (a batched dot) on the axis the init tiles another dim on: "
+      "Shardy walks the body before the init-to-carry edge, so the carry keeps the body's tiling")
+def _():
+    r, m = rng_for("carry"), mesh((2,), ("a",))
+
+    def f(a0, m0, u0):
+        def body(c, _):
+            x, u = c
+            return (-x, u), jnp.einsum("bi,ji->ibj", x, u)
+        (x, _), ys = lax.scan(body, (a0 @ m0, u0), None, length=4)
+        return -x, ys
+    return Case(f, [normal(r, (8, 4)), normal(r, (4, 16)), normal(r, (4, 16))],
+                [P("a", None), P(), P(None, "a")], m)
+
+
 @case("embedding_vocab_sharded", "embedding", "embedding lookup, table sharded on vocab, ids sharded on batch")
 def _():
     r, m = rng_for("emb1"), mesh((2, 4), ("data", "model"))

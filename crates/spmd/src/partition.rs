@@ -2030,7 +2030,39 @@ impl<'m> Partitioner<'m> {
             return Err(self.unsupported(ins, "while without body or condition"));
         };
         let g = &self.src.instr(ins.operands[0]).shape;
-        let mut carried: Vec<Sh> = ops[0].sh.iter().map(Sh::without_partial).collect();
+        // A loop given its sharding (by propagation or in the input) carries
+        // that: the init is resharded to it, as XLA's partitioner does.
+        let given = self
+            .annotation(ins)?
+            .filter(|given| given.len() == ops[0].sh.len());
+        let carried = match given {
+            Some(given) => given,
+            None => self.carried_tiling(i, body, &ops[0])?,
+        };
+        let init = self.reshard_val(cb, &ops[0], g, &carried)?;
+        let (b, _) = self.computation(body, std::slice::from_ref(&carried), Some(&carried))?;
+        let (c, _) = self.computation(
+            cond,
+            std::slice::from_ref(&carried),
+            Some(&[Sh::replicated(0)]),
+        )?;
+        let mut attrs = clean_attrs(&ins.attrs);
+        set_attr(&mut attrs, "body", AttrValue::Comp(b));
+        set_attr(&mut attrs, "condition", AttrValue::Comp(c));
+        let shape = self.local_shape(&ins.shape, &carried);
+        let id = self.copy_as(cb, ins, shape, vec![init.id], attrs);
+        Ok(Val { id, sh: carried })
+    }
+
+    /// The tiling a loop without a given sharding carries: its init's,
+    /// refined by what its body and the ops after it ask for.
+    fn carried_tiling(
+        &mut self,
+        i: InstrId,
+        body: CompId,
+        init: &Val,
+    ) -> Result<Vec<Sh>, SpmdError> {
+        let mut carried: Vec<Sh> = init.sh.iter().map(Sh::without_partial).collect();
         // XLA also propagates a loop's shardings backward from its body: a
         // carried value that enters untiled (a zero-initialized scan buffer) but
         // that the body tiles is carried tiled. One exploratory pass of the body
@@ -2067,19 +2099,7 @@ impl<'m> Partitioner<'m> {
                 *c = h.clone();
             }
         }
-        let init = self.reshard_val(cb, &ops[0], g, &carried)?;
-        let (b, _) = self.computation(body, std::slice::from_ref(&carried), Some(&carried))?;
-        let (c, _) = self.computation(
-            cond,
-            std::slice::from_ref(&carried),
-            Some(&[Sh::replicated(0)]),
-        )?;
-        let mut attrs = clean_attrs(&ins.attrs);
-        set_attr(&mut attrs, "body", AttrValue::Comp(b));
-        set_attr(&mut attrs, "condition", AttrValue::Comp(c));
-        let shape = self.local_shape(&ins.shape, &carried);
-        let id = self.copy_as(cb, ins, shape, vec![init.id], attrs);
-        Ok(Val { id, sh: carried })
+        Ok(carried)
     }
 
     fn conditional(

@@ -12,10 +12,25 @@
 //! dims already use. Where two factors of one op would give one tensor the
 //! same axis, the factor whose sharding comes from the larger tensor wins
 //! (Shardy's aggressive propagation: resharding the smaller tensor is
-//! cheaper). It runs in Shardy's three op-priority stages (elementwise,
-//! shape and data-flow ops; every pass-through factor; everything), each a
-//! worklist: every op in program order, then, depth first, the ops touching
-//! a value that changed.
+//! cheaper; in an elementwise op, then the more sharded factor), and an
+//! elementwise op passes an operand no more than its result holds.
+//!
+//! It runs in Shardy's five op-priority stages (`opPropagationSchedule`):
+//! elementwise, shape and data-flow ops whose operands have one use each;
+//! all of those; every op's pass-through factors; every factor; and last,
+//! broadcasts forward (before, only backward). Dynamic slices and updates
+//! propagate forward only until the third stage. Each stage is a worklist
+//! as Shardy's rewrite driver keeps one: every op in program order first,
+//! where a loop's body (or a conditional's branches) is walked before the
+//! loop's own edges, as Shardy's data-flow edge ops follow the op whose
+//! regions they join; an op whose value another op changed is visited next
+//! (the last notified first) unless it still waits its turn.
+//!
+//! Values HLO has ops for and Shardy's program does not are one value here
+//! (`Aliases`): a tuple's leaves and its operands, a get-tuple-element and
+//! the leaf it takes, a loop's result and its body's and condition's
+//! parameters (Shardy's edge owner and its targets), a branch's parameter
+//! and the conditional's operand.
 //!
 //! Annotated values (parameters, `Sharding` constraints, annotated results,
 //! shard_map exits) are closed: propagation reads them and never changes
@@ -23,8 +38,9 @@
 //! partitioner partitions as given, as XLA partitions Shardy's output
 //! (`write_shardings` prints it as `sharding=` attributes on request).
 //!
-//! Not modelled: the exact order Shardy's rewrite driver visits ops in (where
-//! Shardy's outcome depends on it the two can part), sub-axes, open dims
+//! Not modelled: the exact order Shardy's rewrite driver visits ops in (XLA
+//! imports the HLO into Shardy in its own op order, and where the outcome
+//! depends on order the two can part), sub-axes, open dims
 //! inside annotations (every annotated dim is closed), Shardy's refusal to
 //! tile a dim unevenly (tpusim carries an uneven tiling on, padded, but never
 //! more tiles than rows), and shard_map bodies (they keep their own
@@ -69,7 +85,8 @@ struct State {
     dims: Vec<Vec<Axis>>,
     sizes: Vec<i64>,
     closed: bool,
-    bytes: i64,
+    /// Elements (Shardy weighs conflicting sources by tensor size).
+    elements: i64,
 }
 
 /// Dims (of values) that one factor of an op spans.
@@ -78,19 +95,32 @@ type Factor = Vec<(Slot, usize)>;
 /// An op's factors and when propagation may use them.
 struct Rule {
     instr: InstrId,
-    operands: Vec<InstrId>,
+    /// The op's operand leaves (a loop's body results after them), as the
+    /// values propagation keeps.
+    operands: Vec<Slot>,
     factors: Vec<Factor>,
     class: Class,
+    /// Whether an operand (not a scalar) has other uses.
+    shared_operand: bool,
+    /// Whether the op is elementwise (or a constraint), which Shardy
+    /// treats apart when factors conflict.
+    elementwise: bool,
 }
 
 /// Ops by when Shardy's op-priority propagation lets them propagate.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Class {
-    /// Elementwise ops, reshapes, transposes, constraints and the edges of
-    /// data flow (tuples, loops): both ways, from the first stage on.
-    Identity,
-    /// Dynamic slices and updates: forward only in the first stage.
-    ForwardSlice,
+    /// The edges of data flow (tuples, loops, conditionals, calls), which
+    /// Shardy's program has no ops for: always both ways.
+    DataFlow,
+    /// Elementwise ops, reshapes, transposes and constraints: both ways from
+    /// the first stage on.
+    PassThrough,
+    /// Dynamic slices and updates: forward until every op's pass-through
+    /// factors propagate.
+    Slice,
+    /// Broadcasts: backward only until the last stage.
+    Broadcast,
     Other,
 }
 
@@ -98,13 +128,19 @@ enum Class {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Direction {
     None,
+    /// From the operands to the results.
     Forward,
+    /// From the results to the operands.
+    Backward,
     Both,
 }
 
-/// The stages of Shardy's op-priority propagation: each runs to a fixed
-/// point before the next widens what may propagate.
-const STAGES: usize = 3;
+/// The stages of Shardy's op-priority propagation (`opPropagationSchedule`),
+/// each run to a fixed point before the next widens what may propagate:
+/// pass-through ops whose operands have one use each; every pass-through op;
+/// then every op's pass-through factors; every factor; and last, broadcasts
+/// forward.
+const STAGES: usize = 5;
 
 impl Rule {
     /// Whether factor `k` passes through to the result (Shardy's
@@ -117,7 +153,7 @@ impl Rule {
     /// Where a value stands among the op's tensors: its operands in order,
     /// then its results.
     fn tensor_index(&self, (v, leaf): Slot) -> usize {
-        match self.operands.iter().position(|&o| o == v) {
+        match self.operands.iter().position(|&o| o == (v, leaf)) {
             Some(k) if v != self.instr => k,
             _ => self.operands.len() + leaf,
         }
@@ -125,11 +161,22 @@ impl Rule {
 }
 
 fn direction(stage: usize, rule: &Rule, k: usize) -> Direction {
-    match (rule.class, stage) {
-        (Class::Identity, _) | (_, 2) => Direction::Both,
-        (_, 1) if rule.passes_through(k) => Direction::Both,
-        (Class::ForwardSlice, _) => Direction::Forward,
-        _ => Direction::None,
+    let through = rule.passes_through(k);
+    // In the first stage an op reading a value other ops read too waits:
+    // propagating through it could conflict with those other uses.
+    let waits = stage == 0 && rule.shared_operand;
+    match rule.class {
+        Class::DataFlow => Direction::Both,
+        Class::PassThrough if waits => Direction::None,
+        Class::PassThrough => Direction::Both,
+        Class::Slice if waits => Direction::None,
+        Class::Slice if stage < 2 || (stage == 2 && !through) => Direction::Forward,
+        Class::Slice => Direction::Both,
+        Class::Broadcast if stage < 2 || (stage == 2 && !through) => Direction::None,
+        Class::Broadcast if stage < 4 => Direction::Backward,
+        Class::Broadcast => Direction::Both,
+        Class::Other if stage < 2 || (stage == 2 && !through) => Direction::None,
+        Class::Other => Direction::Both,
     }
 }
 
@@ -141,23 +188,18 @@ pub(crate) fn propagate(module: &Module, mesh: &Mesh) -> Result<Propagated, Spmd
     tpusim_hlo::passes::inline_calls_except(&mut m, &|m, i| is_manual_body(m, m.instr(i)));
     let comps = program_computations(&m);
     let mut states = initial_states(&m, mesh, &comps)?;
-    let rules: Vec<Rule> = comps
-        .iter()
-        .flat_map(|&c| m.comp(c).instrs.iter().map(|&i| rule_of(&m, i, &states)))
+    let order = program_order(&m);
+    let aliases = Aliases::new(&m, &order, &states);
+    let uses = use_counts(&m, &order, &aliases);
+    let rules: Vec<Rule> = order
+        .into_iter()
+        .map(|i| rule_of(&m, i, &states, &aliases, &uses))
         .filter(|r| !r.factors.is_empty())
         .collect();
-    let mut touching: FxHashMap<Slot, Vec<usize>> = FxHashMap::default();
-    for (r, rule) in rules.iter().enumerate() {
-        for &(slot, _) in rule.factors.iter().flatten() {
-            let list = touching.entry(slot).or_default();
-            if list.last() != Some(&r) {
-                list.push(r);
-            }
-        }
-    }
+    let watchers = Watchers::new(&rules);
     // Each stage is a worklist, as Shardy's rewrite driver keeps one: every
-    // op in program order first, then, depth first, the ops reading or
-    // writing a value that changed.
+    // op in program order first; an op whose values another op changed is
+    // visited next (last notified first) unless it still waits its turn.
     for stage in 0..STAGES {
         let mut stack: Vec<usize> = (0..rules.len()).rev().collect();
         let mut queued = vec![true; rules.len()];
@@ -169,8 +211,8 @@ pub(crate) fn propagate(module: &Module, mesh: &Mesh) -> Result<Propagated, Spmd
                 break;
             }
             for slot in apply(&rules[r], stage, &mut states, mesh) {
-                for &u in touching.get(&slot).map_or(&[][..], Vec::as_slice) {
-                    if !queued[u] {
+                for u in watchers.notified(slot) {
+                    if u != r && !queued[u] {
                         queued[u] = true;
                         stack.push(u);
                     }
@@ -178,7 +220,7 @@ pub(crate) fn propagate(module: &Module, mesh: &Mesh) -> Result<Propagated, Spmd
             }
         }
     }
-    let given = given_shardings(&m, &states, &comps);
+    let given = given_shardings(&m, &states, &aliases, &comps);
     Ok(Propagated { module: m, given })
 }
 
@@ -233,6 +275,90 @@ fn program_computations(m: &Module) -> Vec<CompId> {
     out
 }
 
+/// The program's ops in the order Shardy's rewrite driver first visits
+/// them: a pre-order walk, where a loop's condition and body (or a
+/// conditional's branches) are walked in place, and the op itself, which
+/// stands for Shardy's data-flow edges joining the regions to the outside,
+/// comes after them. The walk keeps its own stack, as nesting is as deep as
+/// the input says.
+fn program_order(m: &Module) -> Vec<InstrId> {
+    enum Step<'a> {
+        Walk(std::slice::Iter<'a, InstrId>),
+        Emit(InstrId),
+    }
+    let mut out = Vec::new();
+    let mut seen = vec![m.entry];
+    let mut stack = vec![Step::Walk(m.comp(m.entry).instrs.iter())];
+    while let Some(step) = stack.last_mut() {
+        let i = match step {
+            Step::Emit(i) => {
+                out.push(*i);
+                stack.pop();
+                continue;
+            }
+            Step::Walk(it) => match it.next() {
+                Some(&i) => i,
+                None => {
+                    stack.pop();
+                    continue;
+                }
+            },
+        };
+        let ins = m.instr(i);
+        let nested: Vec<CompId> = match ins.opcode {
+            Opcode::While => ["condition", "body"]
+                .iter()
+                .filter_map(|k| ins.attr_comp(k))
+                .collect(),
+            Opcode::Conditional => ins.called_computations(),
+            Opcode::Call if !is_manual_body(m, ins) => ins.called_computations(),
+            _ => Vec::new(),
+        };
+        let fresh: Vec<CompId> = nested.into_iter().filter(|c| !seen.contains(c)).collect();
+        seen.extend(fresh.iter().copied());
+        stack.push(Step::Emit(i));
+        // In reverse, so that the first region is walked first.
+        for c in fresh.into_iter().rev() {
+            stack.push(Step::Walk(m.comp(c).instrs.iter()));
+        }
+    }
+    out
+}
+
+/// Which ops hear of a change to a value: the op defining it and the ops
+/// using it, in the order Shardy notifies them (the definer first, then the
+/// users, latest first, as MLIR keeps a value's uses).
+struct Watchers {
+    by_slot: FxHashMap<Slot, Vec<usize>>,
+}
+
+impl Watchers {
+    fn new(rules: &[Rule]) -> Self {
+        let mut by_slot: FxHashMap<Slot, Vec<usize>> = FxHashMap::default();
+        for (r, rule) in rules.iter().enumerate() {
+            for &(slot, _) in rule.factors.iter().flatten() {
+                let list = by_slot.entry(slot).or_default();
+                if list.last() != Some(&r) {
+                    list.push(r);
+                }
+            }
+        }
+        for (slot, list) in by_slot.iter_mut() {
+            // The definer first, then the users in reverse program order.
+            list.reverse();
+            if let Some(k) = list.iter().position(|&r| rules[r].instr == slot.0) {
+                let definer = list.remove(k);
+                list.insert(0, definer);
+            }
+        }
+        Watchers { by_slot }
+    }
+
+    fn notified(&self, slot: Slot) -> impl Iterator<Item = usize> + '_ {
+        self.by_slot.get(&slot).into_iter().flatten().copied()
+    }
+}
+
 fn initial_states(
     m: &Module,
     mesh: &Mesh,
@@ -253,8 +379,7 @@ fn initial_states(
             for (leaf, shape) in leaves_of(&ins.shape).iter().enumerate() {
                 let Some(a) = shape.as_array() else { continue };
                 let sizes = a.dims.clone();
-                let bytes =
-                    sizes.iter().product::<i64>().max(1) * i64::from(a.ty.bit_width().max(8)) / 8;
+                let elements = sizes.iter().fold(1i64, |n, &d| n.saturating_mul(d.max(1)));
                 let (dims, closed) = match given.as_ref().and_then(|g| g.get(leaf)) {
                     Some(sh) if sh.rank() == sizes.len() => (sh.dims.clone(), true),
                     _ => (vec![Vec::new(); sizes.len()], false),
@@ -265,7 +390,7 @@ fn initial_states(
                         dims,
                         sizes,
                         closed,
-                        bytes,
+                        elements,
                     },
                 );
             }
@@ -320,46 +445,91 @@ fn is_manual_boundary(ins: &tpusim_hlo::Instruction) -> bool {
 /// takes it first (Shardy's aggressive propagation: resharding the smaller
 /// tensor is cheaper).
 fn apply(rule: &Rule, stage: usize, states: &mut FxHashMap<Slot, State>, mesh: &Mesh) -> Vec<Slot> {
-    let mut plans: Vec<(i64, usize, usize, Vec<Axis>)> = Vec::new();
+    // (source tensor's elements, sharded size for elementwise ops, source
+    // index, factor, axes): Shardy's order of preference across factors.
+    let mut plans: Vec<(i64, i64, usize, usize, Vec<Axis>)> = Vec::new();
     for (k, factor) in rule.factors.iter().enumerate() {
-        if direction(stage, rule, k) == Direction::None {
+        let dir = direction(stage, rule, k);
+        if dir == Direction::None {
             continue;
         }
-        let held: Vec<(&Vec<Axis>, i64, usize)> = factor
+        let held: Vec<(&Vec<Axis>, i64, usize, bool)> = factor
             .iter()
-            .filter_map(|(slot, d)| {
-                let s = states.get(slot)?;
-                Some((&s.dims[*d], s.bytes, rule.tensor_index(*slot)))
+            .filter_map(|&(slot, d)| {
+                let s = states.get(&slot)?;
+                let source = is_source(rule, dir, slot);
+                Some((&s.dims[d], s.elements, rule.tensor_index(slot), source))
             })
-            .filter(|(axes, _, _)| !axes.is_empty())
+            .filter(|h| !h.0.is_empty())
             .collect();
-        let Some(chosen) = agreed(held.iter().map(|h| h.0)) else {
+        let Some(mut chosen) = agreed(held.iter().map(|h| h.0)) else {
             continue;
         };
-        let (bytes, index) = held
+        // One way only, the other side can narrow the sharding but not widen it.
+        let widest_source = held.iter().filter(|h| h.3).map(|h| h.0.len()).max();
+        chosen.truncate(widest_source.unwrap_or(0));
+        if chosen.is_empty() {
+            continue;
+        }
+        let (elements, index) = held
             .iter()
-            .filter(|h| *h.0 == chosen)
+            .filter(|h| h.0.starts_with(&chosen))
             .map(|h| (h.1, h.2))
             .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
             .unwrap_or((0, usize::MAX));
-        plans.push((bytes, index, k, chosen));
+        let sharded = if rule.elementwise {
+            i64::from(mesh.count(&chosen))
+        } else {
+            0
+        };
+        plans.push((elements, sharded, index, k, chosen));
     }
-    plans.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    plans.sort_by(|a, b| (b.0, b.1, a.2, a.3).cmp(&(a.0, a.1, b.2, b.3)));
     let mut changed = Vec::new();
-    for (_, _, k, chosen) in plans {
-        let forward_only = direction(stage, rule, k) == Direction::Forward;
-        for &(slot, d) in &rule.factors[k] {
-            if forward_only && slot.0 != rule.instr {
+    for (_, _, _, k, chosen) in plans {
+        let dir = direction(stage, rule, k);
+        // Results first, then operands, as Shardy expands them.
+        let members = &rule.factors[k];
+        let results = members.iter().filter(|m| m.0 .0 == rule.instr);
+        let operands = members.iter().filter(|m| m.0 .0 != rule.instr);
+        for &(slot, d) in results.chain(operands) {
+            if dir != Direction::Both && is_source(rule, dir, slot) {
                 continue;
             }
+            let mut axes: &[Axis] = &chosen;
+            // An elementwise op passes an operand no more than its result
+            // holds (Shardy: no sideways propagation past a closed result).
+            let result_dim = members.iter().find(|m| m.0 .0 == rule.instr);
+            if let (true, Some(&(result, rd))) =
+                (rule.elementwise && slot.0 != rule.instr, result_dim)
+            {
+                if let Some(held) = states.get(&result).map(|r| &r.dims[rd]) {
+                    if held.len() < axes.len() && axes.starts_with(held) {
+                        axes = &chosen[..held.len()];
+                    }
+                }
+            }
+            let axes = axes.to_vec();
             if let Some(state) = states.get_mut(&slot) {
-                if extend(state, d, &chosen, mesh) {
+                if extend(state, d, &axes, mesh) {
                     changed.push(slot);
                 }
             }
         }
     }
+    // Shardy tells of the operands' changes first, then the results'.
+    changed.sort_by_key(|&slot| (rule.tensor_index(slot), slot.1));
+    changed.dedup();
     changed
+}
+
+/// Whether `slot` is on the side a one-way direction propagates from.
+fn is_source(rule: &Rule, dir: Direction, slot: Slot) -> bool {
+    match dir {
+        Direction::Forward => slot.0 != rule.instr,
+        Direction::Backward => slot.0 == rule.instr,
+        Direction::Both | Direction::None => true,
+    }
 }
 
 /// Extends dim `d` of an open value towards `chosen` (which it must hold a
@@ -416,31 +586,197 @@ fn agreed<'a>(held: impl Iterator<Item = &'a Vec<Axis>>) -> Option<Vec<Axis>> {
     (!common.is_empty()).then_some(common)
 }
 
-fn rule_of(m: &Module, i: InstrId, states: &FxHashMap<Slot, State>) -> Rule {
+fn rule_of(
+    m: &Module,
+    i: InstrId,
+    states: &FxHashMap<Slot, State>,
+    aliases: &Aliases,
+    uses: &FxHashMap<Slot, usize>,
+) -> Rule {
     let ins = m.instr(i);
     // Members naming a dim their value lacks (a malformed attribute, which
     // the partitioner reports) or a value propagation does not track are
-    // dropped.
+    // dropped; members that are one value are one member.
     let has_dim = |&(slot, d): &(Slot, usize)| states.get(&slot).is_some_and(|s| d < s.dims.len());
     let factors: Vec<Factor> = factors_of(m, i)
         .into_iter()
-        .map(|f| f.into_iter().filter(has_dim).collect::<Factor>())
+        .map(|f| {
+            let mut members: Factor = Vec::with_capacity(f.len());
+            for (slot, d) in f {
+                let member = (aliases.canon(slot), d);
+                if has_dim(&member) && !members.contains(&member) {
+                    members.push(member);
+                }
+            }
+            members
+        })
         .filter(|f| f.len() > 1)
         .collect();
     use Opcode::*;
     let class = match ins.opcode {
-        DynamicSlice | DynamicUpdateSlice => Class::ForwardSlice,
-        Reshape | Bitcast | Transpose | Tuple | GetTupleElement | While | Conditional | Call
-        | OptBarrier | Copy => Class::Identity,
-        CustomCall => Class::Identity,
-        op if op.is_elementwise() => Class::Identity,
+        Tuple | GetTupleElement | While | Conditional | Call => Class::DataFlow,
+        DynamicSlice | DynamicUpdateSlice => Class::Slice,
+        Broadcast => Class::Broadcast,
+        Reshape | Bitcast | Transpose | OptBarrier | Copy | CustomCall => Class::PassThrough,
+        op if op.is_elementwise() => Class::PassThrough,
         _ => Class::Other,
     };
+    let mut operands = operand_leaves(m, ins, aliases);
+    if ins.opcode == While {
+        if let Some(b) = ins.attr_comp("body") {
+            let root = m.comp(b).root;
+            let n = leaf_ranks(&m.instr(root).shape).len();
+            operands.extend((0..n).map(|leaf| aliases.canon((root, leaf))));
+        }
+    }
+    let shared_operand = operands.iter().any(|slot| {
+        uses.get(slot).copied().unwrap_or(0) > 1
+            && states.get(slot).is_some_and(|s| !s.dims.is_empty())
+    });
     Rule {
         instr: i,
-        operands: ins.operands.clone(),
+        operands,
         factors,
         class,
+        shared_operand,
+        elementwise: ins.opcode.is_elementwise()
+            || target(ins) == Some("Sharding")
+            || ins.opcode == OptBarrier,
+    }
+}
+
+/// Every leaf of every operand of `ins`, as the value propagation keeps.
+fn operand_leaves(m: &Module, ins: &tpusim_hlo::Instruction, aliases: &Aliases) -> Vec<Slot> {
+    ins.operands
+        .iter()
+        .flat_map(|&o| {
+            (0..leaf_ranks(&m.instr(o).shape).len()).map(move |leaf| aliases.canon((o, leaf)))
+        })
+        .collect()
+}
+
+/// How many uses each value has in Shardy's program, where tuples and
+/// get-tuple-elements are no ops: a loop uses its init's leaves, and a
+/// computation's root tuple (a loop body's yield, the program's return)
+/// uses its leaves.
+fn use_counts(m: &Module, order: &[InstrId], aliases: &Aliases) -> FxHashMap<Slot, usize> {
+    let mut uses: FxHashMap<Slot, usize> = FxHashMap::default();
+    let roots: Vec<InstrId> = m.comp_ids().map(|c| m.comp(c).root).collect();
+    for &i in order {
+        let ins = m.instr(i);
+        let counted = match ins.opcode {
+            Opcode::GetTupleElement => false,
+            Opcode::Tuple => roots.contains(&i),
+            _ => true,
+        };
+        if counted {
+            for slot in operand_leaves(m, ins, aliases) {
+                *uses.entry(slot).or_default() += 1;
+            }
+        }
+    }
+    uses
+}
+
+/// Values that are one value in Shardy's program: a tuple's leaves and its
+/// operands, a get-tuple-element and the leaf it takes, a loop's result and
+/// its body's and condition's parameters. HLO has ops for these and Shardy
+/// has none (its data-flow edges make a loop's carry one value), so they
+/// share one state here. An annotated member keeps its own state.
+struct Aliases {
+    to: FxHashMap<Slot, Slot>,
+}
+
+impl Aliases {
+    fn new(m: &Module, order: &[InstrId], states: &FxHashMap<Slot, State>) -> Self {
+        let open = |slot: &Slot| states.get(slot).is_some_and(|s| !s.closed);
+        let mut link: FxHashMap<Slot, Slot> = FxHashMap::default();
+        let mut tie = |from: Slot, to: Slot| {
+            if open(&from) && states.contains_key(&to) {
+                link.insert(from, to);
+            }
+        };
+        for &i in order {
+            let ins = m.instr(i);
+            match ins.opcode {
+                Opcode::Tuple => {
+                    let mut first = 0;
+                    for &o in &ins.operands {
+                        let n = leaf_ranks(&m.instr(o).shape).len();
+                        for k in 0..n {
+                            tie((i, first + k), (o, k));
+                        }
+                        first += n;
+                    }
+                }
+                Opcode::GetTupleElement => {
+                    let (Some(&t), Some(index)) = (ins.operands.first(), ins.attr_int("index"))
+                    else {
+                        continue;
+                    };
+                    let Some(elements) = m.instr(t).shape.tuple_elements() else {
+                        continue;
+                    };
+                    let index = usize::try_from(index)
+                        .unwrap_or(usize::MAX)
+                        .min(elements.len());
+                    let first: usize = elements[..index].iter().map(|e| leaf_ranks(e).len()).sum();
+                    for k in 0..leaf_ranks(&ins.shape).len() {
+                        tie((i, k), (t, first + k));
+                    }
+                }
+                Opcode::Conditional => {
+                    // Branch `k` takes operand `k + 1` as its parameter.
+                    for (k, c) in ins.called_computations().into_iter().enumerate() {
+                        let (Some(&p), Some(&o)) =
+                            (m.comp(c).params.first(), ins.operands.get(k + 1))
+                        else {
+                            continue;
+                        };
+                        for leaf in 0..leaf_ranks(&m.instr(o).shape).len() {
+                            tie((p, leaf), (o, leaf));
+                        }
+                    }
+                }
+                Opcode::While => {
+                    let params = ["body", "condition"]
+                        .iter()
+                        .filter_map(|k| ins.attr_comp(k))
+                        .filter_map(|c| m.comp(c).params.first().copied());
+                    for p in params {
+                        for leaf in 0..leaf_ranks(&ins.shape).len() {
+                            tie((p, leaf), (i, leaf));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Each chain followed to its end once (links only point to values
+        // defined earlier or to a loop, so chains end; the bound is a guard).
+        let mut to: FxHashMap<Slot, Slot> = FxHashMap::default();
+        for (&from, &next) in &link {
+            let mut end = next;
+            let mut steps = 0;
+            while let Some(&n) = link.get(&end) {
+                if let Some(&known) = to.get(&end) {
+                    end = known;
+                    break;
+                }
+                end = n;
+                steps += 1;
+                if steps > link.len() {
+                    break;
+                }
+            }
+            to.insert(from, end);
+        }
+        Aliases { to }
+    }
+
+    /// The slot holding the state of `slot`'s value.
+    fn canon(&self, slot: Slot) -> Slot {
+        self.to.get(&slot).copied().unwrap_or(slot)
     }
 }
 
@@ -874,6 +1210,7 @@ fn conditional_factors(m: &Module, i: InstrId) -> Vec<Factor> {
 fn given_shardings(
     m: &Module,
     states: &FxHashMap<Slot, State>,
+    aliases: &Aliases,
     comps: &[CompId],
 ) -> FxHashMap<String, Vec<Sh>> {
     let mut given = FxHashMap::default();
@@ -889,14 +1226,16 @@ fn given_shardings(
             let leaves: Option<Vec<Sh>> = ranks
                 .iter()
                 .enumerate()
-                .map(|(leaf, &rank)| match states.get(&(i, leaf)) {
-                    Some(st) => Some(Sh {
-                        dims: st.dims.clone(),
-                        ..Sh::replicated(0)
-                    }),
-                    None if ins.shape.is_tuple() && rank == 0 => Some(Sh::replicated(0)),
-                    None => None,
-                })
+                .map(
+                    |(leaf, &rank)| match states.get(&aliases.canon((i, leaf))) {
+                        Some(st) => Some(Sh {
+                            dims: st.dims.clone(),
+                            ..Sh::replicated(0)
+                        }),
+                        None if ins.shape.is_tuple() && rank == 0 => Some(Sh::replicated(0)),
+                        None => None,
+                    },
+                )
                 .collect();
             if let Some(leaves) = leaves {
                 given.insert(ins.name.clone(), leaves);

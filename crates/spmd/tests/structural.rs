@@ -209,10 +209,11 @@ fn forward_propagation_structure_matches_xla_or_is_a_listed_difference() {
 
 /// From the lowered program, the cases whose forward propagation parts from
 /// Shardy's at an embedding gather move near XLA's bytes under factor
-/// propagation (forward propagation moves 0.29-1.01x of them).
+/// propagation: 0.97-1.07x (forward propagation moves 0.29-1.01x of them;
+/// before loops were walked body first, the scans moved 1.5-1.9x).
 #[test]
 fn factor_propagation_moves_near_xla_bytes_at_gather_conflicts() {
-    conflict_cases_move_xla_bytes_within(Input::Lowered, 0.85..=2.0);
+    conflict_cases_move_xla_bytes_within(Input::Lowered, 0.9..=1.15);
 }
 
 /// Checks that each case forward propagation lists for a gather conflict,
