@@ -10,6 +10,7 @@ from typing import Any, Callable, Tuple
 
 import jax
 import ml_dtypes
+import numpy as np
 import pytest
 import tpusim
 
@@ -181,3 +182,31 @@ def test_collective_matmul_hides_the_gather_behind_the_dot() -> None:
     # The same bytes move, but only the first chunk's gather waits.
     assert decomposed.exposed_communication_s < 0.5 * plain.exposed_communication_s
     assert decomposed.step_time_s < plain.step_time_s
+
+
+def test_propagation_chooses_how_a_sharded_program_is_partitioned(repo: pathlib.Path) -> None:
+    # FSDP without activation constraints: the embedding table and the tokens
+    # claim one mesh axis. The default resolves it as Shardy does; forward
+    # propagation keeps the tokens' tiling and says where XLA would part.
+    case = repo / "testdata" / "spmd_cases" / "tfm_sgd_fsdp8"
+    pre = case / "pre.hlo"
+    factors = " ".join(tpusim.analyze(pre, chip="v5e").assumptions)
+    default = " ".join(tpusim.analyze(pre, chip="v5e", propagation="factors").assumptions)
+    forward = " ".join(tpusim.analyze(pre, chip="v5e", propagation="forward").assumptions)
+    assert factors == default
+    assert "as Shardy does" in factors and "gathered operand" not in factors, factors
+    assert "propagated forward" in forward and "gathered operand" in forward, forward
+    # Either partition runs to JAX's outputs.
+    inputs = np.load(case / "inputs.npz")
+    expected = np.load(case / "outputs.npz")
+    def numbered(files: Any) -> Any:
+        return sorted(files, key=lambda k: int(re.sub(r"\D", "", k)))
+
+    args = [inputs[k] for k in numbered(inputs.files)]
+    for propagation in ("factors", "forward"):
+        got = tpusim.run(pre.read_text(), *args, propagation=propagation)
+        assert len(got) == len(expected.files)
+        for k, g in zip(numbered(expected.files), got):
+            np.testing.assert_allclose(np.asarray(g, dtype=np.float64), expected[k], rtol=1e-4, atol=1e-5)
+    with pytest.raises(tpusim.ArgumentError, match="factors"):
+        tpusim.analyze(pre, chip="v5e", propagation="shardy")

@@ -58,7 +58,9 @@ __all__ = [
 ]
 
 # Keyword options of `analyze` and `trace` besides `chip` and `topology`.
-_OPTIONS = frozenset({"chip_file", "slices", "network", "device_order", "as_given", "collective_matmul"})
+_OPTIONS = frozenset(
+    {"chip_file", "slices", "network", "device_order", "as_given", "collective_matmul", "propagation"}
+)
 
 
 def _native_options(what: str, chip: str, topology: Optional[str], options: Dict[str, Any]) -> Dict[str, Any]:
@@ -71,6 +73,7 @@ def _native_options(what: str, chip: str, topology: Optional[str], options: Dict
     network = options.get("network", "analytic")
     if not isinstance(network, str):
         raise TypeError(f"network must be 'analytic' or 'sim', not {type(network).__name__}")
+    propagation = _propagation(options.get("propagation"))
     slices = options.get("slices", 1)
     if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
         raise ArgumentError(f"slices must be a positive int, got {slices!r}")
@@ -88,7 +91,15 @@ def _native_options(what: str, chip: str, topology: Optional[str], options: Dict
         "as_given": bool(options.get("as_given", False)),
         # True: all-gather + dot pairs run as collective matmuls, as `--collective-matmul`.
         "collective_matmul": bool(options.get("collective_matmul", False)),
+        "propagation": propagation,
     }
+
+
+def _propagation(value: Any) -> Optional[str]:
+    """A ``propagation=`` keyword: None (the default) or the name of one."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"propagation must be 'factors' or 'forward', not {type(value).__name__}")
+    return value
 
 
 def analyze(
@@ -118,8 +129,11 @@ def analyze(
     torus), ``as_given`` (price the module untouched instead of the program
     tpusim's TPU compiler passes make of it), ``collective_matmul`` (decompose
     each all-gather read by a dot into overlapping chunks, as XLA:TPU's
-    ``--xla_tpu_decompose_all_gather_einsum`` does). Pods that cannot be built raise
-    :class:`TopologyError`.
+    ``--xla_tpu_decompose_all_gather_einsum`` does), ``propagation`` (how tpusim's
+    partitioner gives unannotated values of a sharded program their sharding:
+    ``"factors"``, the default, along each op's factors as Shardy does; or
+    ``"forward"``, tpusim's earlier walk from operands to results, as
+    ``--propagation``). Pods that cannot be built raise :class:`TopologyError`.
 
     ``mesh`` (a ``jax.sharding.Mesh`` or ``AbstractMesh``) also says which mesh the
     program's device ids number, so that its devices are placed on the slice as
@@ -215,6 +229,7 @@ def run(
     output_sharding: Any = None,
     max_steps: Optional[int] = None,
     timeout: Optional[float] = None,
+    propagation: Optional[str] = None,
 ) -> Any:
     """Executes the program on ``arrays`` with XLA's semantics; returns its results.
 
@@ -241,7 +256,8 @@ def run(
     ``max_steps`` (instructions evaluated, summed over all devices) and ``timeout``
     (seconds) stop a runaway program with :class:`LimitError`, whose message names
     the ``while`` loop being executed. Ctrl-C stops the run and raises
-    ``KeyboardInterrupt``.
+    ``KeyboardInterrupt``. ``propagation`` is that of :func:`analyze`, for an
+    unpartitioned sharded program.
     """
     text, name = hlo_text(x)
     natives = [_arrays.to_native(a) for a in _arrays.flatten(arrays)]
@@ -254,6 +270,7 @@ def run(
         output_sharding=_output_sharding(x, output_sharding),
         max_steps=max_steps,
         timeout=timeout,
+        propagation=_propagation(propagation),
     )
     outputs = [_arrays.from_native(arr, dtype) for arr, dtype in results]
     return _arrays.restructure(x, outputs)

@@ -36,6 +36,7 @@ def analyze_json(
     as_given: bool = False,
     collective_matmul: bool = False,
     mesh: Optional[List[int]] = None,
+    propagation: Optional[str] = None,
 ) -> str: ...
 def trace_views(
     text: str,
@@ -52,6 +53,7 @@ def trace_views(
     force: bool = False,
     timestamp: bool = False,
     mesh: Optional[List[int]] = None,
+    propagation: Optional[str] = None,
 ) -> Tuple[str, str, str]: ...
 def profile_json(
     path: str, hlo: Optional[Tuple[str, str]] = None, chip_id: Optional[str] = None
@@ -65,6 +67,7 @@ def run(
     output_sharding: Union[str, Tuple[str, str], None] = None,
     max_steps: Optional[int] = None,
     timeout: Optional[float] = None,
+    propagation: Optional[str] = None,
 ) -> List[Tuple[np.ndarray, str]]: ...
 def chips_json() -> str: ...
 def chip_json(chip_id: Optional[str] = None, chip_file: Optional[str] = None) -> str: ...

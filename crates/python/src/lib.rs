@@ -99,7 +99,7 @@ fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, BindErr
 #[pyo3(signature = (
     text, name, chip_id=None, chip_file=None,
     topology=None, slices=1, network=None, device_order=None, as_given=false,
-    collective_matmul=false, mesh=None,
+    collective_matmul=false, mesh=None, propagation=None,
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `tpusim.analyze`
 fn analyze_json(
@@ -115,6 +115,7 @@ fn analyze_json(
     as_given: bool,
     collective_matmul: bool,
     mesh: Option<Vec<u32>>,
+    propagation: Option<String>,
 ) -> PyResult<String> {
     let pod_args = PodArgs {
         topology,
@@ -127,11 +128,12 @@ fn analyze_json(
     Ok(interruptible(py, &cancel, || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "analyze")?;
+        let propagation = load::propagation(propagation.as_deref())?;
         let tpusim_spmd::ForPricing {
             module,
             notes,
             mesh,
-        } = load::partition_if_needed(module, &cancel)?;
+        } = load::partition_if_needed(module, &cancel, propagation)?;
         let pod = pod_args.model(&chip, &module, mesh.as_deref(), &cancel)?;
         let comm = pod::comm(&pod);
         let (_, mut analysis) =
@@ -148,7 +150,7 @@ fn analyze_json(
 #[pyo3(signature = (
     text, name, dir, chip_id=None, chip_file=None,
     topology=None, slices=1, network=None, device_order=None, as_given=false,
-    collective_matmul=false, force=false, timestamp=false, mesh=None,
+    collective_matmul=false, force=false, timestamp=false, mesh=None, propagation=None,
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `tpusim.trace`
 fn trace_views(
@@ -167,6 +169,7 @@ fn trace_views(
     force: bool,
     timestamp: bool,
     mesh: Option<Vec<u32>>,
+    propagation: Option<String>,
 ) -> PyResult<(String, String, String)> {
     let pod_args = PodArgs {
         topology,
@@ -179,11 +182,12 @@ fn trace_views(
     Ok(interruptible(py, &cancel, || {
         let chip = chip(chip_id.as_deref(), chip_file.as_deref())?;
         let module = load::one_module(&name, &text, "trace")?;
+        let propagation = load::propagation(propagation.as_deref())?;
         let tpusim_spmd::ForPricing {
             module,
             notes,
             mesh,
-        } = load::partition_if_needed(module, &cancel)?;
+        } = load::partition_if_needed(module, &cancel, propagation)?;
         let pod = pod_args.model(&chip, &module, mesh.as_deref(), &cancel)?;
         let comm = pod::comm(&pod);
         let (prepared, mut analysis) =
@@ -281,7 +285,7 @@ impl MaxMemory {
 /// global arrays in and out, as `tpusim run`. Returns `(array, dtype name)` per
 /// result leaf.
 #[pyfunction]
-#[pyo3(signature = (text, name, arrays, dtypes, max_memory=None, output_sharding=None, max_steps=None, timeout=None))]
+#[pyo3(signature = (text, name, arrays, dtypes, max_memory=None, output_sharding=None, max_steps=None, timeout=None, propagation=None))]
 #[allow(clippy::too_many_arguments)] // the Python keywords, one each
 fn run<'py>(
     py: Python<'py>,
@@ -293,8 +297,10 @@ fn run<'py>(
     output_sharding: Option<OutputSharding>,
     max_steps: Option<u64>,
     timeout: Option<f64>,
+    propagation: Option<String>,
 ) -> PyResult<Vec<(Bound<'py, PyAny>, &'static str)>> {
     let timeout = timeout.map(timeout_duration).transpose()?;
+    let propagation = load::propagation(propagation.as_deref())?;
     // Conversions hold the GIL; they too are guarded so no panic reaches Python.
     let call = RunCall {
         text,
@@ -304,6 +310,7 @@ fn run<'py>(
         output_sharding,
         max_steps,
         timeout,
+        propagation,
     };
     Ok(no_panic(|| run_guarded(py, call, arrays))?)
 }
@@ -316,6 +323,7 @@ struct RunCall {
     output_sharding: Option<OutputSharding>,
     max_steps: Option<u64>,
     timeout: Option<Duration>,
+    propagation: tpusim_spmd::Propagation,
 }
 
 /// `timeout=` seconds as a duration: positive and finite.
@@ -341,7 +349,7 @@ fn prepare_run(
     // An unpartitioned sharded program runs partitioned, on global arrays.
     let global_outputs: Vec<Vec<usize>> = tpusim_interp::spmd::root_leaf_dims(&m);
     let unpartitioned = tpusim_spmd::needs_partitioning(&m);
-    let m = load::partition_if_needed(m, cancel)?.module;
+    let m = load::partition_if_needed(m, cancel, call.propagation)?.module;
     let cap = match &call.max_memory {
         Some(limit) => limit.bytes()?,
         None => memory::default_cap(),

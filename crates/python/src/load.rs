@@ -52,9 +52,11 @@ fn render_verify(
 pub fn partition_if_needed(
     m: Module,
     cancel: &tpusim_hlo::Cancel,
+    propagation: tpusim_spmd::Propagation,
 ) -> Result<tpusim_spmd::ForPricing, BindError> {
     let options = tpusim_spmd::PartitionOptions {
         cancel: cancel.clone(),
+        propagation,
         ..Default::default()
     };
     let name = m.name.clone();
@@ -62,4 +64,16 @@ pub fn partition_if_needed(
         tpusim_spmd::SpmdError::Cancelled(c) => BindError::from(c),
         e => BindError::Unsupported(format!("partitioning '{name}': {e}")),
     })
+}
+
+/// The propagation a `propagation=` keyword names (`None`: the default), as
+/// the CLI's `--propagation` takes it.
+pub fn propagation(name: Option<&str>) -> Result<tpusim_spmd::Propagation, BindError> {
+    match name {
+        None | Some("factors") => Ok(tpusim_spmd::Propagation::Factors),
+        Some("forward") => Ok(tpusim_spmd::Propagation::Forward),
+        Some(other) => Err(BindError::Argument(format!(
+            "propagation must be 'factors' or 'forward', not {other:?}"
+        ))),
+    }
 }
