@@ -34,7 +34,8 @@
 //!
 //! Annotated values (parameters, `Sharding` constraints, annotated results,
 //! shard_map exits) are closed: propagation reads them and never changes
-//! them. The result is a side table of every value's sharding, which the
+//! them. As Shardy's import does, the value a constraint reads takes the
+//! constraint's sharding, closed (`apply_constraints`). The result is a side table of every value's sharding, which the
 //! partitioner partitions as given, as XLA partitions Shardy's output
 //! (`write_shardings` prints it as `sharding=` attributes on request).
 //!
@@ -42,9 +43,9 @@
 //! imports the HLO into Shardy in its own op order, and where the outcome
 //! depends on order the two can part), sub-axes, open dims
 //! inside annotations (every annotated dim is closed), Shardy's refusal to
-//! tile a dim unevenly (tpusim carries an uneven tiling on, padded, but never
-//! more tiles than rows), and shard_map bodies (they keep their own
-//! annotations).
+//! tile a non-minor factor of a reshaped dim unevenly (tpusim carries an
+//! uneven tiling on, padded, but never more tiles than rows), and shard_map
+//! bodies (they keep their own annotations).
 //!
 //! This pass never prints and never panics on any input: a malformed op
 //! simply has no factors, and the partitioner reports it.
@@ -396,7 +397,62 @@ fn initial_states(
             }
         }
     }
+    apply_constraints(m, comps, &mut states);
     Ok(states)
+}
+
+/// Shardy's import (`ApplyShardingConstraintsPass`): a value without a
+/// sharding that a `Sharding` constraint reads takes the constraint's
+/// sharding as its own, closed, unless another constraint asks it for a
+/// different one or the value is a loop's or conditional's carried value
+/// (there the constraint stays a use of its own). Propagation then cannot
+/// tile the constrained value any other way (GSPMD does the same).
+fn apply_constraints(m: &Module, comps: &[CompId], states: &mut FxHashMap<Slot, State>) {
+    let mut asked: FxHashMap<InstrId, Vec<Vec<Vec<Axis>>>> = FxHashMap::default();
+    for &c in comps {
+        for &i in &m.comp(c).instrs {
+            let ins = m.instr(i);
+            let (Some("Sharding"), Some(&o)) = (target(ins), ins.operands.first()) else {
+                continue;
+            };
+            if let Some(st) = states.get(&(i, 0)).filter(|st| st.closed) {
+                asked.entry(o).or_default().push(st.dims.clone());
+            }
+        }
+    }
+    for (o, wants) in asked {
+        if wants.iter().any(|w| *w != wants[0]) || carried_value(m, o) {
+            continue;
+        }
+        if let Some(st) = states.get_mut(&(o, 0)).filter(|st| !st.closed) {
+            if st.dims.len() == wants[0].len() {
+                st.dims = wants[0].clone();
+                st.closed = true;
+            }
+        }
+    }
+}
+
+/// Whether `v` is a loop's or conditional's carried value (a target of one
+/// of Shardy's data-flow edges): an element of one's result or of a body's,
+/// condition's or branch's parameter.
+fn carried_value(m: &Module, v: InstrId) -> bool {
+    let ins = m.instr(v);
+    if ins.opcode != Opcode::GetTupleElement {
+        return false;
+    }
+    let mut t = ins.operands.first().copied();
+    // Through nested get-tuple-elements, iteratively (as deep as the input).
+    while let Some(id) = t {
+        let x = m.instr(id);
+        match x.opcode {
+            Opcode::GetTupleElement => t = x.operands.first().copied(),
+            Opcode::While | Opcode::Conditional => return true,
+            Opcode::Parameter => return !m.entry().params.contains(&id),
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Values on the manual side of a shard_map boundary (its entry, the values

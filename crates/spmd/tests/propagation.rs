@@ -601,3 +601,32 @@ ENTRY e {
         "the carry keeps the body's tiling"
     );
 }
+
+/// Shardy's import gives a value a `Sharding` constraint reads the
+/// constraint's sharding as its own, closed: the parameter's tiling of the
+/// second dim does not reach the constrained value, which XLA computes on
+/// the constraint's tiling alone (the `uneven_10_over_4_reduce` case).
+#[test]
+fn a_constrained_value_takes_the_constraints_sharding_and_no_other() {
+    let m = tpusim_hlo::parse_module(
+        r#"HloModule constrained, num_partitions=4
+
+ENTRY e {
+  x = f32[8,4] parameter(0), sharding={devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+  y = f32[8,4] exponential(x)
+  ROOT c = f32[8,4] custom-call(y), custom_call_target="Sharding", sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+}
+"#,
+    )
+    .expect("test module parses");
+    let p = tpusim_spmd::propagate_shardings(&m, &PartitionOptions::default()).expect("propagates");
+    let text = tpusim_hlo::print_module(&p);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("%y ="))
+        .expect("the constrained value");
+    assert!(
+        line.ends_with("sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}"),
+        "{line}"
+    );
+}
