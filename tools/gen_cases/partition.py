@@ -491,6 +491,18 @@ def _():
                 [P("a", None), P(), P(None, "a")], m)
 
 
+@case("constant_shared_by_two_tilings", "elementwise",
+      "one iota constant read by two products whose other operands are tiled on different dims: "
+      "Shardy gives each use its own copy of the constant, so neither is resharded")
+def _():
+    r, m = rng_for("split"), mesh((4,), ("a",))
+
+    def f(x, y):
+        z = jnp.arange(64, dtype=jnp.float32).reshape(8, 8)
+        return jnp.sin(x * z), jnp.cos(y * z)
+    return Case(f, [normal(r, (8, 8)), normal(r, (8, 8))], [P("a", None), P(None, "a")], m)
+
+
 @case("embedding_vocab_sharded", "embedding", "embedding lookup, table sharded on vocab, ids sharded on batch")
 def _():
     r, m = rng_for("emb1"), mesh((2, 4), ("data", "model"))

@@ -204,6 +204,215 @@ fn inline_all(
     }
 }
 
+/// What [`split_constants`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SplitStats {
+    /// Instructions added as copies for further uses.
+    pub copies: usize,
+    /// Uses left sharing a value: the module would have grown past its bound.
+    pub left: usize,
+}
+
+/// Shardy's constant splitter (`ConstantOrScalarSplitterPass`), run before
+/// sharding propagation: every use of a constant expression (a constant or
+/// an iota, and the broadcasts, reshapes, slices and elementwise ops of
+/// constant expressions) or of a broadcast scalar, by an op that is neither,
+/// gets its own copy of that sub-computation, so that unrelated users do not
+/// propagate shardings to each other through a shared constant. The first
+/// use keeps the original; copies are placed before it. Scalars are never
+/// copied (nothing shards them). Bounded like [`inline_calls`]: at most
+/// eight times the module plus 100,000 instructions.
+pub fn split_constants(m: &mut Module) -> SplitStats {
+    let mut stats = SplitStats::default();
+    let bound = m.instrs.len().saturating_mul(8).saturating_add(100_000);
+    let mut names: NameTable = m.instrs.iter().map(|i| i.name.clone()).collect();
+    for c in control_computations(m) {
+        split_in(m, c, bound, &mut names, &mut stats);
+    }
+    stats
+}
+
+fn split_in(
+    m: &mut Module,
+    c: CompId,
+    bound: usize,
+    names: &mut NameTable,
+    stats: &mut SplitStats,
+) {
+    let order = m.comp(c).instrs.clone();
+    let mut constant: FxHashSet<InstrId> = FxHashSet::default();
+    let mut expansion: FxHashSet<InstrId> = FxHashSet::default();
+    let mut used: FxHashSet<InstrId> = FxHashSet::default();
+    // Copies to place before the instruction they copy.
+    let mut before: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
+    for &i in &order {
+        let ins = m.instr(i);
+        if is_constant_expression(ins, &constant) {
+            // A constant expression's own uses keep the originals: the users
+            // outside it get the copies.
+            used.extend(ins.operands.iter().copied());
+            constant.insert(i);
+            continue;
+        }
+        if ins.opcode == Opcode::Broadcast && ins.operands.first().is_some_and(|&o| is_scalar(m, o))
+        {
+            expansion.insert(i);
+            continue;
+        }
+        for k in 0..m.instr(i).operands.len() {
+            let o = m.instr(i).operands[k];
+            if is_scalar(m, o) || !(constant.contains(&o) || expansion.contains(&o)) {
+                continue;
+            }
+            if used.insert(o) {
+                continue;
+            }
+            if m.instrs.len() >= bound {
+                stats.left += 1;
+                continue;
+            }
+            let copy = copy_sub_computation(m, o, names, &mut before, stats);
+            m.instrs[i.index()].operands[k] = copy;
+        }
+    }
+    if before.is_empty() {
+        return;
+    }
+    let mut placed = Vec::with_capacity(order.len() + stats.copies);
+    for i in order {
+        if let Some(copies) = before.remove(&i) {
+            placed.extend(copies);
+        }
+        placed.push(i);
+    }
+    m.comps[c.index()].instrs = placed;
+}
+
+/// The reverse of [`split_constants`] once shardings are decided, as XLA's
+/// common-subexpression elimination does after partitioning: identical
+/// constant expressions and broadcast scalars of a computation (same
+/// opcode, shape, operands, literal and attributes but metadata) become one;
+/// users read the first. Returns how many were merged away (left unlisted:
+/// dead-code removal drops them).
+pub fn merge_constant_copies(m: &mut Module) -> usize {
+    let mut merged = 0;
+    for c in control_computations(m) {
+        merged += merge_in(m, c);
+    }
+    merged
+}
+
+fn merge_in(m: &mut Module, c: CompId) -> usize {
+    let mut replace: FxHashMap<InstrId, InstrId> = FxHashMap::default();
+    let mut constant: FxHashSet<InstrId> = FxHashSet::default();
+    let mut kept: FxHashMap<(Opcode, Vec<InstrId>), Vec<InstrId>> = FxHashMap::default();
+    let order = m.comp(c).instrs.clone();
+    let mut listed = Vec::with_capacity(order.len());
+    for i in order {
+        let ins = &mut m.instrs[i.index()];
+        for o in ins.operands.iter_mut() {
+            *o = replace.get(o).copied().unwrap_or(*o);
+        }
+        let ins = m.instr(i);
+        let mergeable = if is_constant_expression(ins, &constant) {
+            constant.insert(i);
+            true
+        } else {
+            ins.opcode == Opcode::Broadcast
+                && ins.operands.first().is_some_and(|&o| is_scalar(m, o))
+        };
+        if mergeable {
+            let key = (ins.opcode, ins.operands.clone());
+            let same = kept
+                .get(&key)
+                .and_then(|ks| ks.iter().copied().find(|&k| same_value(m.instr(k), ins)));
+            if let Some(k) = same {
+                replace.insert(i, k);
+                continue;
+            }
+            kept.entry(key).or_default().push(i);
+        }
+        listed.push(i);
+    }
+    let comp = &mut m.comps[c.index()];
+    if let Some(&r) = replace.get(&comp.root) {
+        comp.root = r;
+    }
+    comp.instrs = listed;
+    replace.len()
+}
+
+/// Whether two instructions with the same opcode and operands compute the
+/// same value: same shape, literal and attributes (metadata aside).
+fn same_value(a: &Instruction, b: &Instruction) -> bool {
+    fn attrs(i: &Instruction) -> impl Iterator<Item = &Attr> {
+        i.attrs.iter().filter(|x| x.name != "metadata")
+    }
+    a.shape == b.shape && a.literal == b.literal && attrs(a).eq(attrs(b))
+}
+
+/// Whether `ins` computes a constant from constants (`constant` holds the
+/// constant expressions seen so far): Shardy's constant expressions.
+fn is_constant_expression(ins: &Instruction, constant: &FxHashSet<InstrId>) -> bool {
+    match ins.opcode {
+        Opcode::Constant | Opcode::Iota => true,
+        Opcode::Rng | Opcode::Map => false,
+        op if op == Opcode::Broadcast
+            || op == Opcode::Reshape
+            || op == Opcode::Slice
+            || op.is_elementwise() =>
+        {
+            !ins.operands.is_empty() && ins.operands.iter().all(|o| constant.contains(o))
+        }
+        _ => false,
+    }
+}
+
+fn is_scalar(m: &Module, i: InstrId) -> bool {
+    m.instr(i)
+        .shape
+        .as_array()
+        .is_some_and(|a| a.dims.is_empty())
+}
+
+/// Copies the sub-computation rooted at `root` (its non-scalar operands
+/// first, iteratively: chains are as deep as the input); returns the copy of
+/// `root`. Each copy is recorded to be placed before its original.
+fn copy_sub_computation(
+    m: &mut Module,
+    root: InstrId,
+    names: &mut NameTable,
+    before: &mut FxHashMap<InstrId, Vec<InstrId>>,
+    stats: &mut SplitStats,
+) -> InstrId {
+    let mut copied: FxHashMap<InstrId, InstrId> = FxHashMap::default();
+    let mut stack = vec![(root, false)];
+    while let Some((i, operands_done)) = stack.pop() {
+        if copied.contains_key(&i) {
+            continue;
+        }
+        if !operands_done {
+            stack.push((i, true));
+            for &o in &m.instr(i).operands {
+                if !is_scalar(m, o) && !copied.contains_key(&o) {
+                    stack.push((o, false));
+                }
+            }
+            continue;
+        }
+        let mut copy = m.instr(i).clone();
+        copy.name = names.fresh(&copy.name);
+        for o in copy.operands.iter_mut() {
+            *o = copied.get(o).copied().unwrap_or(*o);
+        }
+        let id = push(m, copy);
+        before.entry(i).or_default().push(id);
+        copied.insert(i, id);
+        stats.copies += 1;
+    }
+    copied.get(&root).copied().unwrap_or(root)
+}
+
 /// What [`inline_fusions`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UnfuseStats {

@@ -442,6 +442,9 @@ pub fn partition_noting_conflicts(
     conflicts.dedup();
     let mut out = p.out.m;
     finish_module(&mut out, module.entry, new_entry, &root_sh, &mesh, n)?;
+    // Constants copied per use for propagation are one again where their
+    // tilings agree (XLA's CSE after partitioning).
+    tpusim_hlo::passes::merge_constant_copies(&mut out);
     // Values resharded by redoing their producer leave the original unused,
     // as XLA's partitioner runs DCE on its result.
     tpusim_hlo::passes::remove_dead_code_and_collectives(&mut out);

@@ -26,6 +26,11 @@
 //! regions they join; an op whose value another op changed is visited next
 //! (the last notified first) unless it still waits its turn.
 //!
+//! Before it, as in Shardy's import, each use of a constant expression or a
+//! broadcast scalar gets its own copy (`split_constants`), so unrelated
+//! users do not tile each other through a shared constant; the partitioner
+//! merges the copies whose tilings agree again afterwards.
+//!
 //! Values HLO has ops for and Shardy's program does not are one value here
 //! (`Aliases`): a tuple's leaves and its operands, a get-tuple-element and
 //! the leaf it takes, a loop's result and its body's and condition's
@@ -187,6 +192,8 @@ pub(crate) fn propagate(module: &Module, mesh: &Mesh) -> Result<Propagated, Spmd
     let mut m = module.clone();
     // Calls are inlined first (XLA's CallInliner), shard_map bodies aside.
     tpusim_hlo::passes::inline_calls_except(&mut m, &|m, i| is_manual_body(m, m.instr(i)));
+    // As Shardy's import does: each use of a constant gets its own copy.
+    tpusim_hlo::passes::split_constants(&mut m);
     let comps = program_computations(&m);
     let mut states = initial_states(&m, mesh, &comps)?;
     let order = program_order(&m);
