@@ -503,6 +503,18 @@ def _():
     return Case(f, [normal(r, (8, 8)), normal(r, (8, 8))], [P("a", None), P(None, "a")], m)
 
 
+@case("constraint_unconstrained_dim", "constraint",
+      "with_sharding_constraint tiling rows and leaving columns P.UNCONSTRAINED on a value whose "
+      "input tiles columns: the open dim keeps the column tiling, nothing is resharded")
+def _():
+    r, m = rng_for("open"), mesh((2, 4), ("a", "b"))
+
+    def f(x):
+        y = jax.lax.with_sharding_constraint(jnp.sin(x), NamedSharding(m, P("a", P.UNCONSTRAINED)))
+        return y * 2
+    return Case(f, [normal(r, (8, 16))], [P(None, "b")], m)
+
+
 @case("embedding_vocab_sharded", "embedding", "embedding lookup, table sharded on vocab, ids sharded on batch")
 def _():
     r, m = rng_for("emb1"), mesh((2, 4), ("data", "model"))

@@ -149,6 +149,18 @@ fn parse_axis_ref(a: &str) -> Result<AxisRef, String> {
 /// `#sdy.sharding<@mesh, [...]>`): per value, per dim, the axes (major first).
 /// Open-dimension markers `?` are dropped.
 pub fn parse_per_value(text: &str) -> Result<Vec<Vec<Vec<AxisRef>>>, String> {
+    Ok(parse_per_value_open(text)?
+        .into_iter()
+        .map(|dims| dims.into_iter().map(|(axes, _)| axes).collect())
+        .collect())
+}
+
+/// One dim of a Shardy sharding: its axes (major first) and whether it is
+/// open (`{"a", ?}`, `{?}`: propagation may add axes after those).
+pub type DimSharding = (Vec<AxisRef>, bool);
+
+/// [`parse_per_value`] with, per dim, whether it is open.
+pub fn parse_per_value_open(text: &str) -> Result<Vec<Vec<DimSharding>>, String> {
     let bad = || format!("Shardy sharding '{text}'");
     let mut values = Vec::new();
     let mut rest = text;
@@ -161,13 +173,15 @@ pub fn parse_per_value(text: &str) -> Result<Vec<Vec<Vec<AxisRef>>>, String> {
         let mut d = dims_text;
         while let Some(o) = d.find('{') {
             let c = d[o..].find('}').ok_or_else(bad)? + o;
-            let axes: Vec<AxisRef> = d[o + 1..c]
+            let inner = &d[o + 1..c];
+            let open = inner.split(',').any(|a| a.trim() == "?");
+            let axes: Vec<AxisRef> = inner
                 .split(',')
                 .map(str::trim)
                 .filter(|a| !a.is_empty() && *a != "?")
                 .map(parse_axis_ref)
                 .collect::<Result<_, _>>()?;
-            dims.push(axes);
+            dims.push((axes, open));
             d = &d[c + 1..];
         }
         values.push(dims);
@@ -211,5 +225,14 @@ mod tests {
             parse_manual_axes(r#"#sdy<manual_axes{"a", "b"}>"#),
             vec!["a", "b"]
         );
+    }
+
+    #[test]
+    fn open_dims_are_told_apart_from_closed_ones() {
+        let v =
+            parse_per_value_open(r#"#sdy.sharding<@mesh, [{"a", ?}, {?}, {}, {"b"}]>"#).unwrap();
+        let open: Vec<bool> = v[0].iter().map(|(_, open)| *open).collect();
+        assert_eq!(open, vec![true, true, false, false]);
+        assert_eq!(v[0][0].0[0].name, "a");
     }
 }

@@ -39,18 +39,20 @@
 //!
 //! Annotated values (parameters, `Sharding` constraints, annotated results,
 //! shard_map exits) are closed: propagation reads them and never changes
-//! them. As Shardy's import does, the value a constraint reads takes the
-//! constraint's sharding, closed (`apply_constraints`). The result is a side table of every value's sharding, which the
-//! partitioner partitions as given, as XLA partitions Shardy's output
-//! (`write_shardings` prints it as `sharding=` attributes on request).
+//! them, except a dim their Shardy form leaves open (`{"a", ?}`,
+//! `P.UNCONSTRAINED`), which it may extend. As Shardy's import does, the
+//! value a fully closed constraint reads takes the constraint's sharding,
+//! closed (`apply_constraints`). The result is a side table of every
+//! value's sharding, which the partitioner partitions as given, as XLA
+//! partitions Shardy's output (`write_shardings` prints it as `sharding=`
+//! attributes on request).
 //!
 //! Not modelled: the exact order Shardy's rewrite driver visits ops in (XLA
 //! imports the HLO into Shardy in its own op order, and where the outcome
-//! depends on order the two can part), sub-axes, open dims
-//! inside annotations (every annotated dim is closed), Shardy's refusal to
-//! tile a non-minor factor of a reshaped dim unevenly (tpusim carries an
-//! uneven tiling on, padded, but never more tiles than rows), and shard_map
-//! bodies (they keep their own annotations).
+//! depends on order the two can part), sub-axes, Shardy's refusal to tile a
+//! non-minor factor of a reshaped dim unevenly (tpusim carries an uneven
+//! tiling on, padded, but never more tiles than rows), and shard_map bodies
+//! (they keep their own annotations).
 //!
 //! This pass never prints and never panics on any input: a malformed op
 //! simply has no factors, and the partitioner reports it.
@@ -90,9 +92,35 @@ type Slot = (InstrId, usize);
 struct State {
     dims: Vec<Vec<Axis>>,
     sizes: Vec<i64>,
-    closed: bool,
+    /// Per dim, whether an annotation closed it: propagation may extend an
+    /// open dim's axes (`{"a", ?}` in Shardy), never a closed one's.
+    closed: Vec<bool>,
     /// Elements (Shardy weighs conflicting sources by tensor size).
     elements: i64,
+}
+
+impl State {
+    fn fully_closed(&self) -> bool {
+        self.closed.iter().all(|&c| c)
+    }
+
+    fn fully_open(&self) -> bool {
+        !self.closed.iter().any(|&c| c)
+    }
+}
+
+/// Which dims of leaf `leaf` of an annotated value its annotation closes:
+/// every dim but those its Shardy form marks open (`?`); all of them
+/// without a Shardy form (GSPMD's shardings are closed).
+fn closed_dims(ins: &tpusim_hlo::Instruction, leaf: usize, rank: usize) -> Vec<bool> {
+    let open = tpusim_hlo::sdy::frontend_attr(ins, "xla.sdy.sharding")
+        .and_then(|text| tpusim_hlo::sdy::parse_per_value_open(text).ok())
+        .and_then(|values| values.into_iter().nth(leaf))
+        .filter(|dims| dims.len() == rank);
+    match open {
+        Some(dims) => dims.iter().map(|(_, open)| !open).collect(),
+        None => vec![true; rank],
+    }
 }
 
 /// Dims (of values) that one factor of an op spans.
@@ -389,8 +417,10 @@ fn initial_states(
                 let sizes = a.dims.clone();
                 let elements = sizes.iter().fold(1i64, |n, &d| n.saturating_mul(d.max(1)));
                 let (dims, closed) = match given.as_ref().and_then(|g| g.get(leaf)) {
-                    Some(sh) if sh.rank() == sizes.len() => (sh.dims.clone(), true),
-                    _ => (vec![Vec::new(); sizes.len()], false),
+                    Some(sh) if sh.rank() == sizes.len() => {
+                        (sh.dims.clone(), closed_dims(ins, leaf, sizes.len()))
+                    }
+                    _ => (vec![Vec::new(); sizes.len()], vec![false; sizes.len()]),
                 };
                 states.insert(
                     (i, leaf),
@@ -422,7 +452,7 @@ fn apply_constraints(m: &Module, comps: &[CompId], states: &mut FxHashMap<Slot, 
             let (Some("Sharding"), Some(&o)) = (target(ins), ins.operands.first()) else {
                 continue;
             };
-            if let Some(st) = states.get(&(i, 0)).filter(|st| st.closed) {
+            if let Some(st) = states.get(&(i, 0)).filter(|st| st.fully_closed()) {
                 asked.entry(o).or_default().push(st.dims.clone());
             }
         }
@@ -431,10 +461,10 @@ fn apply_constraints(m: &Module, comps: &[CompId], states: &mut FxHashMap<Slot, 
         if wants.iter().any(|w| *w != wants[0]) || carried_value(m, o) {
             continue;
         }
-        if let Some(st) = states.get_mut(&(o, 0)).filter(|st| !st.closed) {
+        if let Some(st) = states.get_mut(&(o, 0)).filter(|st| st.fully_open()) {
             if st.dims.len() == wants[0].len() {
                 st.dims = wants[0].clone();
-                st.closed = true;
+                st.closed = vec![true; st.dims.len()];
             }
         }
     }
@@ -600,7 +630,7 @@ fn is_source(rule: &Rule, dir: Direction, slot: Slot) -> bool {
 /// than the dim has rows.
 fn extend(state: &mut State, d: usize, chosen: &[Axis], mesh: &Mesh) -> bool {
     let cur = &state.dims[d];
-    if state.closed || !chosen.starts_with(cur) || chosen.len() == cur.len() {
+    if state.closed[d] || !chosen.starts_with(cur) || chosen.len() == cur.len() {
         return false;
     }
     let taken: Vec<Axis> = state
@@ -752,7 +782,7 @@ struct Aliases {
 
 impl Aliases {
     fn new(m: &Module, order: &[InstrId], states: &FxHashMap<Slot, State>) -> Self {
-        let open = |slot: &Slot| states.get(slot).is_some_and(|s| !s.closed);
+        let open = |slot: &Slot| states.get(slot).is_some_and(State::fully_open);
         let mut link: FxHashMap<Slot, Slot> = FxHashMap::default();
         let mut tie = |from: Slot, to: Slot| {
             if open(&from) && states.contains_key(&to) {
@@ -1282,10 +1312,17 @@ fn given_shardings(
             let ins = m.instr(i);
             let boundary = is_manual_boundary(ins);
             let entry_root = c == m.entry && i == m.comp(c).root;
-            if boundary || entry_root || ins.sharding().is_some() {
+            let ranks = leaf_ranks(&ins.shape);
+            // An annotation with open dims is given what propagation added.
+            let settled = ins.sharding().is_some()
+                && (0..ranks.len()).all(|leaf| {
+                    states
+                        .get(&aliases.canon((i, leaf)))
+                        .is_none_or(State::fully_closed)
+                });
+            if boundary || entry_root || settled {
                 continue;
             }
-            let ranks = leaf_ranks(&ins.shape);
             let leaves: Option<Vec<Sh>> = ranks
                 .iter()
                 .enumerate()
