@@ -109,16 +109,25 @@ impl State {
     }
 }
 
-/// Which dims of leaf `leaf` of an annotated value its annotation closes:
-/// every dim but those its Shardy form marks open (`?`); all of them
-/// without a Shardy form (GSPMD's shardings are closed).
-fn closed_dims(ins: &tpusim_hlo::Instruction, leaf: usize, rank: usize) -> Vec<bool> {
-    let open = tpusim_hlo::sdy::frontend_attr(ins, "xla.sdy.sharding")
-        .and_then(|text| tpusim_hlo::sdy::parse_per_value_open(text).ok())
-        .and_then(|values| values.into_iter().nth(leaf))
-        .filter(|dims| dims.len() == rank);
-    match open {
-        Some(dims) => dims.iter().map(|(_, open)| !open).collect(),
+/// Per leaf, per dim, whether the Shardy form of an instruction's
+/// annotation leaves the dim open (`?`); `None` without a Shardy form.
+fn open_dims(ins: &tpusim_hlo::Instruction) -> Option<Vec<Vec<bool>>> {
+    let text = tpusim_hlo::sdy::frontend_attr(ins, "xla.sdy.sharding")?;
+    let values = tpusim_hlo::sdy::parse_per_value_open(text).ok()?;
+    Some(
+        values
+            .iter()
+            .map(|dims| dims.iter().map(|(_, open)| *open).collect())
+            .collect(),
+    )
+}
+
+/// Which dims of an annotated leaf of rank `rank` its annotation closes:
+/// every dim but those its Shardy form marks open; all of them without a
+/// Shardy form (GSPMD's shardings are closed).
+fn closed_dims(open: Option<&Vec<bool>>, rank: usize) -> Vec<bool> {
+    match open.filter(|dims| dims.len() == rank) {
+        Some(dims) => dims.iter().map(|open| !open).collect(),
         None => vec![true; rank],
     }
 }
@@ -412,13 +421,15 @@ fn initial_states(
                 Some("xla.sdy.LocalToGlobalShape") => Some(reader.exit_shardings(ins)?),
                 _ => reader.annotation(ins)?,
             };
+            let open = given.as_ref().and_then(|_| open_dims(ins));
             for (leaf, shape) in leaves_of(&ins.shape).iter().enumerate() {
                 let Some(a) = shape.as_array() else { continue };
                 let sizes = a.dims.clone();
                 let elements = sizes.iter().fold(1i64, |n, &d| n.saturating_mul(d.max(1)));
                 let (dims, closed) = match given.as_ref().and_then(|g| g.get(leaf)) {
                     Some(sh) if sh.rank() == sizes.len() => {
-                        (sh.dims.clone(), closed_dims(ins, leaf, sizes.len()))
+                        let open = open.as_ref().and_then(|o| o.get(leaf));
+                        (sh.dims.clone(), closed_dims(open, sizes.len()))
                     }
                     _ => (vec![Vec::new(); sizes.len()], vec![false; sizes.len()]),
                 };
