@@ -57,7 +57,7 @@
 //! This pass never prints and never panics on any input: a malformed op
 //! simply has no factors, and the partitioner reports it.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tpusim_hlo::attr::{set_attr, Sharding};
 use tpusim_hlo::{AttrValue, CompId, InstrId, Module, Opcode, Shape};
 
@@ -231,9 +231,8 @@ pub(crate) fn propagate(module: &Module, mesh: &Mesh) -> Result<Propagated, Spmd
     tpusim_hlo::passes::inline_calls_except(&mut m, &|m, i| is_manual_body(m, m.instr(i)));
     // As Shardy's import does: each use of a constant gets its own copy.
     tpusim_hlo::passes::split_constants(&mut m);
-    let comps = program_computations(&m);
+    let (order, comps) = program_order(&m);
     let mut states = initial_states(&m, mesh, &comps)?;
-    let order = program_order(&m);
     let aliases = Aliases::new(&m, &order, &states);
     let uses = use_counts(&m, &order, &aliases);
     let rules: Vec<Rule> = order
@@ -293,40 +292,14 @@ fn is_manual_body(m: &Module, call: &tpusim_hlo::Instruction) -> bool {
     })
 }
 
-/// The entry and the computations it runs as part of its program (loop
-/// bodies and conditions, branches, called functions other than shard_map
-/// bodies), transitively.
-fn program_computations(m: &Module) -> Vec<CompId> {
-    let mut out = vec![m.entry];
-    let mut k = 0;
-    while k < out.len() {
-        for &i in &m.comp(out[k]).instrs {
-            let ins = m.instr(i);
-            let follows = match ins.opcode {
-                Opcode::While | Opcode::Conditional => true,
-                Opcode::Call => !is_manual_body(m, ins),
-                _ => false,
-            };
-            if follows {
-                for c in ins.called_computations() {
-                    if !out.contains(&c) {
-                        out.push(c);
-                    }
-                }
-            }
-        }
-        k += 1;
-    }
-    out
-}
-
 /// The program's ops in the order Shardy's rewrite driver first visits
 /// them: a pre-order walk, where a loop's condition and body (or a
 /// conditional's branches) are walked in place, and the op itself, which
 /// stands for Shardy's data-flow edges joining the regions to the outside,
-/// comes after them. The walk keeps its own stack, as nesting is as deep as
-/// the input says.
-fn program_order(m: &Module) -> Vec<InstrId> {
+/// comes after them; and the computations walked (the entry, loop bodies and
+/// conditions, branches, called functions other than shard_map bodies). The
+/// walk keeps its own stack, as nesting is as deep as the input says.
+fn program_order(m: &Module) -> (Vec<InstrId>, Vec<CompId>) {
     enum Step<'a> {
         Walk(std::slice::Iter<'a, InstrId>),
         Emit(InstrId),
@@ -367,7 +340,7 @@ fn program_order(m: &Module) -> Vec<InstrId> {
             stack.push(Step::Walk(m.comp(c).instrs.iter()));
         }
     }
-    out
+    (out, seen)
 }
 
 /// Which ops hear of a change to a value: the op defining it and the ops
@@ -545,7 +518,8 @@ fn is_manual_boundary(ins: &tpusim_hlo::Instruction) -> bool {
 /// members agree on, and the open members holding a prefix of it take as
 /// much of it as their other dims leave free. Where two factors would give
 /// one value the same axis, the factor whose sharding comes from the larger
-/// tensor (in bytes; then the earlier operand, then the earlier factor)
+/// tensor (in elements; in an elementwise op then the more sharded factor;
+/// then the earlier operand, then the earlier factor)
 /// takes it first (Shardy's aggressive propagation: resharding the smaller
 /// tensor is cheaper).
 fn apply(rule: &Rule, stage: usize, states: &mut FxHashMap<Slot, State>, mesh: &Mesh) -> Vec<Slot> {
@@ -594,28 +568,31 @@ fn apply(rule: &Rule, stage: usize, states: &mut FxHashMap<Slot, State>, mesh: &
         let dir = direction(stage, rule, k);
         // Results first, then operands, as Shardy expands them.
         let members = &rule.factors[k];
-        let results = members.iter().filter(|m| m.0 .0 == rule.instr);
-        let operands = members.iter().filter(|m| m.0 .0 != rule.instr);
+        let is_result = |slot: Slot| slot.0 == rule.instr;
+        let results = members.iter().filter(|m| is_result(m.0));
+        let operands = members.iter().filter(|m| !is_result(m.0));
+        // An elementwise op passes an operand no more than its result holds
+        // (Shardy: no sideways propagation past a closed result).
+        let result_dim = members
+            .iter()
+            .find(|m| is_result(m.0))
+            .filter(|_| rule.elementwise);
         for &(slot, d) in results.chain(operands) {
             if dir != Direction::Both && is_source(rule, dir, slot) {
                 continue;
             }
             let mut axes: &[Axis] = &chosen;
-            // An elementwise op passes an operand no more than its result
-            // holds (Shardy: no sideways propagation past a closed result).
-            let result_dim = members.iter().find(|m| m.0 .0 == rule.instr);
-            if let (true, Some(&(result, rd))) =
-                (rule.elementwise && slot.0 != rule.instr, result_dim)
-            {
-                if let Some(held) = states.get(&result).map(|r| &r.dims[rd]) {
-                    if held.len() < axes.len() && axes.starts_with(held) {
-                        axes = &chosen[..held.len()];
-                    }
+            if let Some(&(result, rd)) = result_dim.filter(|_| !is_result(slot)) {
+                let held = states
+                    .get(&result)
+                    .map(|r| &r.dims[rd])
+                    .filter(|held| held.len() < chosen.len() && chosen.starts_with(held));
+                if let Some(held) = held {
+                    axes = &chosen[..held.len()];
                 }
             }
-            let axes = axes.to_vec();
             if let Some(state) = states.get_mut(&slot) {
-                if extend(state, d, &axes, mesh) {
+                if extend(state, d, axes, mesh) {
                     changed.push(slot);
                 }
             }
@@ -765,7 +742,7 @@ fn operand_leaves(m: &Module, ins: &tpusim_hlo::Instruction, aliases: &Aliases) 
 /// uses its leaves.
 fn use_counts(m: &Module, order: &[InstrId], aliases: &Aliases) -> FxHashMap<Slot, usize> {
     let mut uses: FxHashMap<Slot, usize> = FxHashMap::default();
-    let roots: Vec<InstrId> = m.comp_ids().map(|c| m.comp(c).root).collect();
+    let roots: FxHashSet<InstrId> = m.comp_ids().map(|c| m.comp(c).root).collect();
     for &i in order {
         let ins = m.instr(i);
         let counted = match ins.opcode {
@@ -856,8 +833,9 @@ impl Aliases {
                 _ => {}
             }
         }
-        // Each chain followed to its end once (links only point to values
-        // defined earlier or to a loop, so chains end; the bound is a guard).
+        // Each link followed to the end of its chain (links point to values
+        // defined earlier or to a loop, so chains end; an end found before
+        // cuts a later walk short; the bound is a guard).
         let mut to: FxHashMap<Slot, Slot> = FxHashMap::default();
         for (&from, &next) in &link {
             let mut end = next;
