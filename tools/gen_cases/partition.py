@@ -413,6 +413,38 @@ def _():
     return Case(f, [normal(r, (16, 4)), normal(r, (8, 4))], [P("x"), P("x")], m)
 
 
+@case("shift_difference_tiled", "slice", "x[1:] - x[:-1] along a tiled dim: each device takes one row from a neighbour")
+def _():
+    r, m = rng_for("sdt"), mesh((8,), ("x",))
+    return Case(lambda x: x[1:] - x[:-1], [normal(r, (16, 4))], [P("x")], m)
+
+
+@case("pad_tiled_nonzero", "slice", "pad a tiled dim with a nonzero value into an uneven tiling: halos and a mask")
+def _():
+    r, m = rng_for("ptn"), mesh((8,), ("x",))
+    return Case(lambda x: jnp.pad(x, ((1, 3), (0, 0)), constant_values=1.5) * 2.0,
+                [normal(r, (16, 4))], [P("x")], m)
+
+
+@case("causal_shift_tiled", "slice", "a causal shift (pad 2 rows in front, drop the last 2) along a tiled sequence dim")
+def _():
+    r, m = rng_for("cst"), mesh((2, 4), ("a", "b"))
+    return Case(lambda x: jnp.pad(x, ((0, 0), (2, 0), (0, 0)))[:, :-2] + x,
+                [normal(r, (4, 32, 8))], [P("a", "b")], m, P("a", "b"))
+
+
+@case("strided_slice_tiled", "slice", "x[1::3] along a tiled dim: one row from each device's shard, none moved")
+def _():
+    r, m = rng_for("sst"), mesh((8,), ("x",))
+    return Case(lambda x: x[1::3] * 3.0, [normal(r, (24, 4))], [P("x")], m, P("x"))
+
+
+@case("reverse_tiled", "slice", "flip both dims of an array tiled on a 2x4 mesh: shards change places")
+def _():
+    r, m = rng_for("rvt"), mesh((2, 4), ("a", "b"))
+    return Case(lambda x: jnp.flip(x, (0, 1)) + 1.0, [normal(r, (16, 8))], [P("a", "b")], m, P("a", "b"))
+
+
 @case("dynamic_slice_update", "slice", "dynamic-slice and dynamic-update-slice with a runtime index on a sharded dim")
 def _():
     r, m = rng_for("dsu"), mesh((4, 2), ("a", "b"))

@@ -1,6 +1,7 @@
 //! Emitting instructions into the partitioned module, and the collectives and
 //! resharding steps built from them.
 
+use crate::halo::{CompactPlan, Exchange, HaloPlan, Piece, Take};
 use crate::mesh::{ceil_div, Axis, Mesh, Sh};
 use crate::SpmdError;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -668,6 +669,406 @@ impl Out {
         self.concatenate(cb, parts, dim)
     }
 
+    /// The input rows of a device's windows along `dim` (tiled by `axes`),
+    /// gathered from its neighbours as `plan` says, XLA's `ExchangeHalo`:
+    /// one collective-permute per piece, the pieces joined and padded with
+    /// `fill`, and each device's rows cut out. With `mask` (the dim's global
+    /// rows), rows of the padded dim outside the data become `fill` too.
+    pub fn exchange_halo(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        (dim, axes): (usize, &[Axis]),
+        plan: &Exchange,
+        fill: InstrId,
+        mask: Option<i64>,
+    ) -> InstrId {
+        match plan {
+            Exchange::Halo(p) => self.halo_from_neighbours(cb, x, (dim, axes), p, fill, mask),
+            Exchange::Compact(c) => self.halo_compact(cb, x, (dim, axes), c, fill, mask.is_some()),
+        }
+    }
+
+    fn halo_from_neighbours(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        (dim, axes): (usize, &[Axis]),
+        plan: &HaloPlan,
+        fill: InstrId,
+        mask: Option<i64>,
+    ) -> InstrId {
+        let rows = self.dims(x)[dim];
+        let mut parts = Vec::with_capacity(plan.pieces.len());
+        for piece in &plan.pieces {
+            let part = match *piece {
+                Piece::Zeros(k) => {
+                    let mut dims = self.dims(x);
+                    dims[dim] = k;
+                    let z = self.zero(cb, self.ty(x));
+                    self.splat(cb, z, self.ty(x), &dims)
+                }
+                Piece::Own { start, limit } => self.rows_of(cb, x, dim, (start, limit), rows),
+                Piece::FromLeft {
+                    distance,
+                    start,
+                    limit,
+                } => {
+                    let sent = self.rows_of(cb, x, dim, (start, limit), rows);
+                    self.send_along(cb, sent, axes, distance)
+                }
+                Piece::FromRight {
+                    distance,
+                    start,
+                    limit,
+                } => {
+                    let sent = self.rows_of(cb, x, dim, (start, limit), rows);
+                    self.send_along(cb, sent, axes, -distance)
+                }
+            };
+            parts.push(part);
+        }
+        let joined = if parts.len() == 1 {
+            parts[0]
+        } else {
+            self.concatenate(cb, parts, dim)
+        };
+        let padded = self.pad_dim(cb, joined, dim, plan.pad, fill);
+        let have = self.dims(padded)[dim];
+        let index = self.mesh.first_rows(axes, 1);
+        let cut = if have == plan.rows {
+            padded
+        } else if plan.offsets.windows(2).all(|w| w[0] == w[1]) {
+            let o = plan.offsets[0];
+            self.slice_dim(cb, padded, dim, o, o + plan.rows)
+        } else {
+            let mut sizes = self.dims(padded);
+            sizes[dim] = plan.rows;
+            let mut offsets: Vec<Option<Vec<i64>>> = vec![None; sizes.len()];
+            offsets[dim] = Some(index.iter().map(|&i| plan.offsets[i as usize]).collect());
+            self.dynamic_slice(cb, padded, offsets, &sizes)
+        };
+        let Some(base) = mask else {
+            return cut;
+        };
+        if plan.low <= 0 && plan.padded - base - plan.low <= 0 {
+            return cut;
+        }
+        let starts = index
+            .iter()
+            .map(|&i| plan.window_starts[i as usize])
+            .collect();
+        self.keep_rows(cb, cut, dim, starts, (plan.low, base + plan.low), fill)
+    }
+
+    /// `ExchangeHaloCompact`: the sends of `plan` (one collective-permute
+    /// each), each block picked per device from what it was sent, its own
+    /// rows or padding, the blocks joined, and each device's rows cut out;
+    /// with `mask`, the rows of padding become `fill`.
+    fn halo_compact(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        (dim, axes): (usize, &[Axis]),
+        plan: &CompactPlan,
+        fill: InstrId,
+        mask: bool,
+    ) -> InstrId {
+        let rows = self.dims(x)[dim];
+        let groups = self.mesh.groups(axes);
+        let index = self.mesh.first_rows(axes, 1);
+        let fill = if mask {
+            fill
+        } else {
+            self.zero(cb, self.ty(x))
+        };
+        let sent: Vec<InstrId> = plan
+            .sends
+            .iter()
+            .map(|send| {
+                let part = self.rows_of(cb, x, dim, (send.start, send.limit), rows);
+                let pairs = groups
+                    .iter()
+                    .flat_map(|g| {
+                        send.pairs
+                            .iter()
+                            .map(|&(a, b)| vec![g[a as usize], g[b as usize]])
+                    })
+                    .collect();
+                self.collective_permute(cb, part, pairs)
+            })
+            .collect();
+        let mut blocks = Vec::with_capacity(plan.sizes.len());
+        for (b, (&size, takes)) in plan.sizes.iter().zip(&plan.takes).enumerate() {
+            let mut dims = self.dims(x);
+            dims[dim] = size;
+            let padding = self.splat(cb, fill, self.ty(x), &dims);
+            // The distinct blocks, in the order the shards first take them.
+            let mut unique: Vec<(Take, InstrId)> = Vec::new();
+            let mut choice = Vec::with_capacity(takes.len());
+            for &take in takes {
+                if let Some(k) = unique.iter().position(|(t, _)| *t == take) {
+                    choice.push(k as i64);
+                    continue;
+                }
+                let piece = match take {
+                    Take::Sent(k) => sent[k],
+                    Take::Own(start) => {
+                        self.rows_of(cb, x, dim, (start, start + size.min(rows - start)), rows)
+                    }
+                    Take::Padding => padding,
+                };
+                let have = self.dims(piece)[dim];
+                let piece = if have == size {
+                    piece
+                } else if b == 0 {
+                    self.pad_dim(cb, piece, dim, (size - have, 0), fill)
+                } else {
+                    self.pad_dim(cb, piece, dim, (0, size - have), fill)
+                };
+                choice.push(unique.len() as i64);
+                unique.push((take, piece));
+            }
+            let first = usize::from(unique.len() > 1 && unique[0].0 == Take::Padding);
+            let mut picked = unique[first].1;
+            if unique.len() > first + 1 {
+                let table = index.iter().map(|&i| choice[i as usize]).collect();
+                let selector = self.per_device(cb, table);
+                for (k, (take, piece)) in unique.iter().enumerate().skip(first + 1) {
+                    if *take == Take::Padding {
+                        continue;
+                    }
+                    let is = self.equals(cb, selector, k as i64, &dims);
+                    picked = self.emit(
+                        cb,
+                        "select",
+                        Opcode::Select,
+                        Shape::array(self.ty(x), dims.clone()),
+                        vec![is, *piece, picked],
+                        vec![],
+                    );
+                }
+            }
+            blocks.push(picked);
+        }
+        let joined = if blocks.len() == 1 {
+            blocks[0]
+        } else {
+            self.concatenate(cb, blocks, dim)
+        };
+        let have = self.dims(joined)[dim];
+        let padded = self.pad_dim(cb, joined, dim, (0, plan.padded - have), fill);
+        let cut = if plan.padded > plan.rows {
+            let mut sizes = self.dims(padded);
+            sizes[dim] = plan.rows;
+            let mut offsets: Vec<Option<Vec<i64>>> = vec![None; sizes.len()];
+            offsets[dim] = Some(index.iter().map(|&i| plan.offsets[i as usize]).collect());
+            self.dynamic_slice(cb, padded, offsets, &sizes)
+        } else {
+            padded
+        };
+        if !mask {
+            return cut;
+        }
+        // Rows outside each device's data are padding.
+        let valid: Vec<(i64, i64)> = index.iter().map(|&i| plan.valid[i as usize]).collect();
+        let dims = self.dims(cut);
+        let s32 = Shape::array(PrimitiveType::S32, dims.clone());
+        let pred = Shape::array(PrimitiveType::Pred, dims.clone());
+        let iota = self.emit(
+            cb,
+            "iota",
+            Opcode::Iota,
+            s32.clone(),
+            vec![],
+            vec![attr("iota_dimension", AttrValue::Int(dim as i64))],
+        );
+        let limit = self.per_device(cb, valid.iter().map(|v| v.1).collect());
+        let limit = self.splat(cb, limit, PrimitiveType::S32, &dims);
+        let direction = |d: &str| vec![attr("direction", AttrValue::Ident(d.into()))];
+        let mut inside = self.emit(
+            cb,
+            "compare",
+            Opcode::Compare,
+            pred.clone(),
+            vec![iota, limit],
+            direction("LT"),
+        );
+        if valid.iter().any(|v| v.0 > 0) {
+            let start = self.per_device(cb, valid.iter().map(|v| v.0).collect());
+            let start = self.splat(cb, start, PrimitiveType::S32, &dims);
+            let from = self.emit(
+                cb,
+                "compare",
+                Opcode::Compare,
+                pred.clone(),
+                vec![iota, start],
+                direction("GE"),
+            );
+            inside = self.emit(cb, "and", Opcode::And, pred, vec![inside, from], vec![]);
+        }
+        let ty = self.ty(x);
+        let fills = self.splat(cb, fill, ty, &dims);
+        self.emit(
+            cb,
+            "select",
+            Opcode::Select,
+            Shape::array(ty, dims),
+            vec![inside, cut, fills],
+            vec![],
+        )
+    }
+
+    /// A `pred` array of `dims`: whether the `s32[]` `x` equals `value`.
+    fn equals(&mut self, cb: &mut CompB, x: InstrId, value: i64, dims: &[i64]) -> InstrId {
+        let c = self.constant(
+            cb,
+            Shape::scalar(PrimitiveType::S32),
+            Literal::Array(LiteralData::Int(vec![value])),
+        );
+        let is = self.emit(
+            cb,
+            "compare",
+            Opcode::Compare,
+            Shape::scalar(PrimitiveType::Pred),
+            vec![x, c],
+            vec![attr("direction", AttrValue::Ident("EQ".into()))],
+        );
+        self.splat(cb, is, PrimitiveType::Pred, dims)
+    }
+
+    /// Each device's value sent to the device whose tile indices along each
+    /// of `dims` (the axes tiling a reversed dim) are its own mirrored: the
+    /// shards of a reversed dim change places (XLA's reshard to the
+    /// reversed sharding, one collective-permute over every device).
+    pub fn mirror_tiles(&mut self, cb: &mut CompB, x: InstrId, dims: &[&[Axis]]) -> InstrId {
+        // Device d receives from the device mirrored along every dim (the
+        // mirrors commute).
+        let mut composed: Vec<i64> = (0..i64::from(self.mesh.n)).collect();
+        for axes in dims {
+            let mut step = composed.clone();
+            for g in self.mesh.groups(axes) {
+                let n = g.len();
+                for (j, &d) in g.iter().enumerate() {
+                    step[d as usize] = composed[g[n - 1 - j] as usize];
+                }
+            }
+            composed = step;
+        }
+        let pairs = composed
+            .iter()
+            .enumerate()
+            .map(|(d, &from)| vec![from, d as i64])
+            .collect();
+        self.collective_permute(cb, x, pairs)
+    }
+
+    /// Rows `start..limit` of `x` along `dim` (`x` itself when that is all
+    /// of its `rows`).
+    fn rows_of(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        dim: usize,
+        (start, limit): (i64, i64),
+        rows: i64,
+    ) -> InstrId {
+        if start == 0 && limit == rows {
+            x
+        } else {
+            self.slice_dim(cb, x, dim, start, limit)
+        }
+    }
+
+    /// `x` sent `by` tiles along `axes` (negative: towards lower indices);
+    /// devices no shard is sent to receive zeros.
+    fn send_along(&mut self, cb: &mut CompB, x: InstrId, axes: &[Axis], by: i64) -> InstrId {
+        let pairs: Vec<Vec<i64>> = self
+            .mesh
+            .groups(axes)
+            .iter()
+            .flat_map(|g| {
+                let n = g.len() as i64;
+                (0..n)
+                    .filter(move |&j| (0..n).contains(&(j + by)))
+                    .map(move |j| vec![g[j as usize], g[(j + by) as usize]])
+            })
+            .collect();
+        self.collective_permute(cb, x, pairs)
+    }
+
+    /// `x` padded by `low` and `high` rows of `fill` along `dim`.
+    fn pad_dim(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        dim: usize,
+        (low, high): (i64, i64),
+        fill: InstrId,
+    ) -> InstrId {
+        if low == 0 && high == 0 {
+            return x;
+        }
+        let mut dims = self.dims(x);
+        let pads = (0..dims.len())
+            .map(|d| {
+                let (low, high) = if d == dim { (low, high) } else { (0, 0) };
+                PadDim {
+                    low,
+                    high,
+                    interior: 0,
+                }
+            })
+            .collect();
+        dims[dim] += low + high;
+        let shape = Shape::array(self.ty(x), dims);
+        self.emit(
+            cb,
+            "pad",
+            Opcode::Pad,
+            shape,
+            vec![x, fill],
+            vec![attr("padding", AttrValue::Padding(pads))],
+        )
+    }
+
+    /// `x` with its rows along `dim` outside `lo..hi` replaced by `fill`,
+    /// row `r` of a device standing at `starts[device] + r`.
+    fn keep_rows(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        dim: usize,
+        starts: Vec<i64>,
+        (lo, hi): (i64, i64),
+        fill: InstrId,
+    ) -> InstrId {
+        let dims = self.dims(x);
+        let s32 = Shape::array(PrimitiveType::S32, dims.clone());
+        let iota = self.emit(
+            cb,
+            "iota",
+            Opcode::Iota,
+            s32.clone(),
+            vec![],
+            vec![attr("iota_dimension", AttrValue::Int(dim as i64))],
+        );
+        let off = self.per_device(cb, starts);
+        let offb = self.splat(cb, off, PrimitiveType::S32, &dims);
+        let pos = self.emit(cb, "add", Opcode::Add, s32, vec![iota, offb], vec![]);
+        let inside = self.within(cb, pos, lo, hi);
+        let ty = self.ty(x);
+        let fills = self.splat(cb, fill, ty, &dims);
+        self.emit(
+            cb,
+            "select",
+            Opcode::Select,
+            Shape::array(ty, dims),
+            vec![inside, x, fills],
+            vec![],
+        )
+    }
+
     /// `parts` (of one type, alike but along `dim`) joined along `dim`.
     fn concatenate(&mut self, cb: &mut CompB, parts: Vec<InstrId>, dim: usize) -> InstrId {
         let mut out = self.dims(parts[0]);
@@ -732,36 +1133,13 @@ impl Out {
         (rows, low, global): (i64, i64, i64),
         fill: InstrId,
     ) -> InstrId {
-        let dims = self.dims(x);
         let first: Vec<i64> = self
             .mesh
             .first_rows(axes, rows)
             .into_iter()
             .map(|f| f - low)
             .collect();
-        let s32 = Shape::array(PrimitiveType::S32, dims.clone());
-        let iota = self.emit(
-            cb,
-            "iota",
-            Opcode::Iota,
-            s32.clone(),
-            vec![],
-            vec![attr("iota_dimension", AttrValue::Int(dim as i64))],
-        );
-        let off = self.per_device(cb, first);
-        let offb = self.splat(cb, off, PrimitiveType::S32, &dims);
-        let pos = self.emit(cb, "add", Opcode::Add, s32, vec![iota, offb], vec![]);
-        let inside = self.within(cb, pos, 0, global);
-        let ty = self.ty(x);
-        let fills = self.splat(cb, fill, ty, &dims);
-        self.emit(
-            cb,
-            "select",
-            Opcode::Select,
-            Shape::array(ty, dims),
-            vec![inside, x, fills],
-            vec![],
-        )
+        self.keep_rows(cb, x, dim, first, (0, global), fill)
     }
 
     /// `s32` indices `starts` minus this device's first row of a dim tiled by

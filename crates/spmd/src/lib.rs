@@ -17,6 +17,7 @@
 //! never depend on the interpreter, the performance model, the CLI or Python.
 
 mod build;
+mod halo;
 pub mod mesh;
 mod partition;
 mod propagate;
@@ -401,7 +402,12 @@ pub fn partition_noting_conflicts(
     let n = mesh.n;
     let propagated;
     let (module, given) = match options.propagation {
-        Propagation::Forward => (module, std::rc::Rc::default()),
+        // Calls are inlined first, as XLA's CallInliner does before its
+        // partitioner runs (shard_map bodies aside).
+        Propagation::Forward => {
+            propagated = propagate::inlined(module);
+            (&propagated, std::rc::Rc::default())
+        }
         Propagation::Factors => {
             let p = propagate::propagate(module, &mesh)?;
             propagated = p.module;

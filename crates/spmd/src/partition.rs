@@ -4,11 +4,12 @@
 //! is emitted on per-device shapes after resharding its operands as it needs.
 
 use crate::build::{attr, scatter_target, set_attr, without, CompB, Out};
-use crate::mesh::{free_part, read_sharding, Axis, ReadError, Sh};
+use crate::halo::{self, DimWindow};
+use crate::mesh::{ceil_div, free_part, read_sharding, Axis, ReadError, Sh};
 use crate::SpmdError;
 use rustc_hash::FxHashMap;
 use std::ops::Range;
-use tpusim_hlo::attr::{Sharding, SingleSharding, SliceDim};
+use tpusim_hlo::attr::{PadDim, Sharding, SingleSharding, SliceDim};
 use tpusim_hlo::{AttrValue, CompId, InstrId, Instruction, Module, Opcode, Shape};
 
 /// Deepest nesting of called computations (while, conditional, call) followed.
@@ -583,12 +584,17 @@ impl<'m> Partitioner<'m> {
                             })
                         })
                         .collect::<Result<_, _>>()?;
-                    let v = match self.rotation(ins, &vals) {
-                        Some((x, dim, axes, by)) => {
+                    let merged = match self.pad_then_slice(ins, &vals)? {
+                        Some(w) => self.exchange_windows(cb, ins, w)?,
+                        None => None,
+                    };
+                    let v = match (merged, self.rotation(ins, &vals)) {
+                        (Some(v), _) => v,
+                        (None, Some((x, dim, axes, by))) => {
                             let id = self.out.rotate(cb, x.id, dim, &axes, by);
                             Val { id, sh: x.sh }
                         }
-                        None => self.instruction(cb, i, &ops)?,
+                        (None, None) => self.instruction(cb, i, &ops)?,
                     };
                     self.note_expandable(i, &v, &ops);
                     self.note_loop_result(i, &v, &ops);
@@ -880,7 +886,15 @@ impl<'m> Partitioner<'m> {
                 Some(v) => v,
                 None => self.dim_constrained(cb, ins, ops),
             },
-            Slice | Pad | Reverse | Sort | DynamicSlice | DynamicUpdateSlice | Concatenate => {
+            Slice | Pad => match self.windowed(cb, ins, ops)? {
+                Some(v) => Ok(v),
+                None => self.dim_constrained(cb, ins, ops),
+            },
+            Reverse => match self.reversed(cb, ins, ops) {
+                Some(v) => Ok(v),
+                None => self.dim_constrained(cb, ins, ops),
+            },
+            Sort | DynamicSlice | DynamicUpdateSlice | Concatenate => {
                 self.dim_constrained(cb, ins, ops)
             }
             Gather => self.gather(cb, i, ops),
@@ -1465,6 +1479,261 @@ impl<'m> Partitioner<'m> {
             Opcode::Multiply => is_const(1.0),
             _ => false,
         }
+    }
+
+    /// A reverse of evenly tiled dims, kept tiled as XLA keeps it: the
+    /// shards change places (`mirror_tiles`), then each device reverses its
+    /// own. `None` where a reversed dim is tiled unevenly (XLA first pads
+    /// it on the left with a halo exchange) or no reversed dim is tiled.
+    fn reversed(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Option<Val> {
+        let sh = ops[0]
+            .sh
+            .first()
+            .filter(|s| ops[0].sh.len() == 1 && s.partial.is_empty())?
+            .clone();
+        let base = self.src.instr(ins.operands[0]).shape.dims().to_vec();
+        let mesh = &self.out.mesh;
+        let tiled: Vec<usize> = ins
+            .attr_dims("dimensions")
+            .into_iter()
+            .filter(|&d| sh.dims.get(d).is_some_and(|a| !a.is_empty()))
+            .collect();
+        let even = tiled.iter().all(|&d| {
+            base.get(d)
+                .is_some_and(|&n| n % i64::from(sh.tiles(mesh, d)) == 0)
+        });
+        if tiled.is_empty() || !even {
+            return None;
+        }
+        let axes: Vec<&[Axis]> = tiled.iter().map(|&d| sh.dims[d].as_slice()).collect();
+        let moved = self.out.mirror_tiles(cb, ops[0].id, &axes);
+        self.local_op(cb, ins, vec![moved], sh, ins.attrs.clone())
+            .ok()
+    }
+
+    /// A static slice or an edge pad of a tiled dim, kept tiled as XLA keeps
+    /// it (`ReshardDataForSlicing`, `ReshardDataForPad`): see `exchange_windows`.
+    fn windowed(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Option<Val>, SpmdError> {
+        let src = self.src;
+        let g = src.instr(ins.operands[0]).shape.clone();
+        let Some(windows) = slice_or_pad_windows(ins, g.dims()) else {
+            return Ok(None);
+        };
+        let fill = (ins.opcode == Opcode::Pad)
+            .then(|| (ops[1].id, is_zero_constant(src.instr(ins.operands[1]))));
+        let w = Windowed {
+            operand: ops[0].clone(),
+            global: g,
+            windows,
+            fill,
+            as_slice: ins.opcode == Opcode::Slice,
+        };
+        self.exchange_windows(cb, ins, w)
+    }
+
+    /// A slice of a pad, with unit strides and no interior padding, read as
+    /// one pad of the pad's operand (XLA's `PreprocessHlos` merges them: one
+    /// halo exchange instead of two), when both are tiled alike along a dim
+    /// both change.
+    fn pad_then_slice(
+        &self,
+        ins: &Instruction,
+        vals: &FxHashMap<InstrId, Val>,
+    ) -> Result<Option<Windowed>, SpmdError> {
+        let src = self.src;
+        if ins.opcode != Opcode::Slice {
+            return Ok(None);
+        }
+        let pad = src.instr(ins.operands[0]);
+        let (Some(AttrValue::Slice(sl)), Some(AttrValue::Padding(pads))) =
+            (ins.attr("slice"), pad.attr("padding"))
+        else {
+            return Ok(None);
+        };
+        if pad.opcode != Opcode::Pad
+            || sl.iter().any(|s| s.stride != 1)
+            || pads.iter().any(|p| p.interior != 0)
+        {
+            return Ok(None);
+        }
+        let (Some(x), Some(fill)) = (vals.get(&pad.operands[0]), vals.get(&pad.operands[1])) else {
+            return Ok(None);
+        };
+        // Without shardings of their own (forward propagation) both take
+        // the operand's.
+        let (sh, pad_sh) = (self.annotation(ins)?, self.annotation(pad)?);
+        let sh = sh.unwrap_or_else(|| x.sh.clone());
+        let pad_sh = pad_sh.unwrap_or_else(|| x.sh.clone());
+        let padded = pad.shape.dims();
+        let both_change = (0..sl.len()).any(|d| {
+            let sliced = sl[d].start != 0 || sl[d].limit != padded[d];
+            let padded_here = pads[d].low != 0 || pads[d].high != 0;
+            sliced && padded_here && sh.first().is_some_and(|s| s.tiles(&self.out.mesh, d) > 1)
+        });
+        if sh != pad_sh || !both_change {
+            return Ok(None);
+        }
+        let windows = pads
+            .iter()
+            .zip(sl)
+            .zip(padded)
+            .map(|((p, s), &n)| (p.low - s.start, p.high - (n - s.limit), 1, 0))
+            .collect();
+        Ok(Some(Windowed {
+            operand: x.clone(),
+            global: src.instr(pad.operands[0]).shape.clone(),
+            windows,
+            fill: Some((fill.id, is_zero_constant(src.instr(pad.operands[1])))),
+            as_slice: false,
+        }))
+    }
+
+    /// Windows of one row over a tiled dim (a slice's or a pad's), kept
+    /// tiled: each output row reads one input row, and the rows a device's
+    /// windows read from other devices come as halos (`exchange_halo`).
+    /// `None` where XLA gathers the dim instead (see `NoHalo`).
+    fn exchange_windows(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        w: Windowed,
+    ) -> Result<Option<Val>, SpmdError> {
+        let base = w.global.dims().to_vec();
+        let Some(own) = w
+            .operand
+            .sh
+            .first()
+            .filter(|s| w.operand.sh.len() == 1 && s.partial.is_empty())
+        else {
+            return Ok(None);
+        };
+        // XLA slices in the operand's tiling when it has more tiles than
+        // the result's, else in the result's.
+        let asked = self.annotation(ins)?.and_then(|a| a.into_iter().next());
+        let sh = match asked {
+            Some(r)
+                if r.rank() == own.rank() && r.partial.is_empty() && {
+                    r.total_tiles(&self.out.mesh) >= own.total_tiles(&self.out.mesh)
+                } =>
+            {
+                r
+            }
+            _ => own.clone(),
+        };
+        let mut plans = Vec::new();
+        for (d, &(low, high, stride, interior)) in w.windows.iter().enumerate() {
+            let parts = i64::from(sh.tiles(&self.out.mesh, d));
+            if parts < 2 || (low, high, stride, interior) == (0, 0, 1, 0) {
+                continue;
+            }
+            if interior != 0 {
+                return Ok(None);
+            }
+            let dim = DimWindow {
+                base: base[d],
+                parts,
+                shard: ceil_div(base[d], parts),
+                stride,
+                low,
+                high,
+            };
+            match halo::plan(&dim) {
+                Ok(p) => plans.push((d, p, base[d] % parts != 0)),
+                Err(_) => return Ok(None),
+            }
+        }
+        if plans.is_empty() {
+            return Ok(None);
+        }
+        let x = self.reshard_val(cb, &w.operand, &w.global, std::slice::from_ref(&sh))?;
+        let ty = self.out.ty(x.id);
+        let (fill, zero_fill) = match w.fill {
+            Some(f) => f,
+            None => (self.out.zero(cb, ty), true),
+        };
+        let mut cur = x.id;
+        for (d, p, uneven) in &plans {
+            // XLA masks a pad's padding unless it is a literal zero on an
+            // even dim (there the halo's zeros are the padding); a slice's
+            // windows never read padding.
+            let mask = (w.fill.is_some() && (!zero_fill || *uneven)).then_some(base[*d]);
+            cur = self
+                .out
+                .exchange_halo(cb, cur, (*d, &sh.dims[*d]), p, fill, mask);
+        }
+        // What is left is local: the windows' strides on the exchanged dims,
+        // the op itself on the untiled ones.
+        let exchanged = |d: usize| plans.iter().find(|(e, ..)| *e == d).map(|(_, p, _)| p);
+        let have = self.out.dims(cur);
+        if w.as_slice {
+            let Some(AttrValue::Slice(sl)) = ins.attr("slice") else {
+                return Ok(None);
+            };
+            let sl: Vec<SliceDim> = sl
+                .iter()
+                .enumerate()
+                .map(|(d, s)| match exchanged(d) {
+                    Some(p) => SliceDim {
+                        start: 0,
+                        limit: p.rows(),
+                        stride: s.stride,
+                    },
+                    None if sh.dims[d].is_empty() => *s,
+                    None => SliceDim {
+                        start: 0,
+                        limit: have[d],
+                        stride: 1,
+                    },
+                })
+                .collect();
+            let mut attrs = ins.attrs.clone();
+            set_attr(&mut attrs, "slice", AttrValue::Slice(sl));
+            return self.local_op(cb, ins, vec![cur], sh, attrs).map(Some);
+        }
+        let pads: Vec<PadDim> = w
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(d, &(low, high, _, interior))| {
+                if sh.dims[d].is_empty() {
+                    PadDim {
+                        low,
+                        high,
+                        interior,
+                    }
+                } else {
+                    PadDim {
+                        low: 0,
+                        high: 0,
+                        interior: 0,
+                    }
+                }
+            })
+            .collect();
+        if pads
+            .iter()
+            .all(|p| (p.low, p.high, p.interior) == (0, 0, 0))
+        {
+            return Ok(Some(Val {
+                id: cur,
+                sh: vec![sh],
+            }));
+        }
+        let shape = self.local_shape(&ins.shape, std::slice::from_ref(&sh));
+        let id = self.out.emit(
+            cb,
+            "pad",
+            Opcode::Pad,
+            shape,
+            vec![cur, fill],
+            vec![attr("padding", AttrValue::Padding(pads))],
+        );
+        Ok(Some(Val { id, sh: vec![sh] }))
     }
 
     /// Ops that need some dims whole (sliced, padded, reversed, sorted, windowed,
@@ -3593,4 +3862,49 @@ impl Partitioner<'_> {
         let z = self.arr(cb, &ops[2], &ug, &upd_sh)?;
         self.local_op(cb, ins, vec![x, y, z], op_sh, ins.attrs.clone())
     }
+}
+
+/// Per dim of a static slice or a pad: (low, high, stride, interior) of the
+/// window of one row XLA reads it as (a slice's start and end cut rows:
+/// negative padding).
+fn slice_or_pad_windows(ins: &Instruction, base: &[i64]) -> Option<Vec<(i64, i64, i64, i64)>> {
+    let windows: Vec<(i64, i64, i64, i64)> =
+        match (ins.opcode, ins.attr("slice"), ins.attr("padding")) {
+            (Opcode::Slice, Some(AttrValue::Slice(sl)), _) => sl
+                .iter()
+                .zip(base)
+                .map(|(s, &n)| (-s.start, s.limit - n, s.stride, 0))
+                .collect(),
+            (Opcode::Pad, _, Some(AttrValue::Padding(pads))) => pads
+                .iter()
+                .map(|p| (p.low, p.high, 1, p.interior))
+                .collect(),
+            _ => return None,
+        };
+    (windows.len() == base.len()).then_some(windows)
+}
+
+/// Whether `ins` is a constant whose every element is zero.
+fn is_zero_constant(ins: &Instruction) -> bool {
+    use tpusim_hlo::literal::{Literal, LiteralData};
+    if ins.opcode != Opcode::Constant {
+        return false;
+    }
+    match &ins.literal {
+        Some(Literal::Array(LiteralData::Int(v))) => v.iter().all(|&x| x == 0),
+        Some(Literal::Array(LiteralData::Float(v))) => v.iter().all(|&x| x == 0.0),
+        Some(Literal::Array(LiteralData::Pred(v))) => v.iter().all(|&x| !x),
+        _ => false,
+    }
+}
+
+/// A slice or pad read as windows of one row: its operand, the operand's
+/// global shape, (low, high, stride, interior) per dim, and the padding value
+/// (partitioned, and whether it is a literal zero; a slice has none).
+struct Windowed {
+    operand: Val,
+    global: Shape,
+    windows: Vec<(i64, i64, i64, i64)>,
+    fill: Option<(InstrId, bool)>,
+    as_slice: bool,
 }

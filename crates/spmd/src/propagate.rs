@@ -6,7 +6,12 @@
 //! op's dim `d` is one factor across all of them, a dot's batch, free and
 //! contracting dims are factors (the contracting one shared by the operands
 //! only), a reshape's merged or split dims share their major factor, and so
-//! on (`factors_of`). Each factor takes the longest sharding its members
+//! on (`factors_of`). A static slice's or pad's resized dims, a
+//! concatenate's joined dim and a reverse's reversed dims are factors too
+//! (Shardy's non-conservative rules, JAX's default: the partitioner moves
+//! the rows that cross devices as halos); they are permutation factors,
+//! which do not count as pass-through in the third stage. A dynamic
+//! slice's sliced dims are not factors (their offset is data). Each factor takes the longest sharding its members
 //! agree on (their common prefix where they conflict), and every open member
 //! that holds a prefix of it is extended, skipping axes the member's other
 //! dims already use. Where two factors of one op would give one tensor the
@@ -142,6 +147,11 @@ struct Rule {
     /// values propagation keeps.
     operands: Vec<Slot>,
     factors: Vec<Factor>,
+    /// Per factor: whether it moves data between devices when sharded (a
+    /// sliced, padded, concatenated, reversed or windowed dim: Shardy's
+    /// permutation and need-replication factors), which no stage before
+    /// the fourth propagates.
+    permutes: Vec<bool>,
     class: Class,
     /// Whether an operand (not a scalar) has other uses.
     shared_operand: bool,
@@ -190,7 +200,7 @@ impl Rule {
     /// pass-through factors; the others, a dot's contracting dims or a
     /// reduce's reduced dims, are reductions).
     fn passes_through(&self, k: usize) -> bool {
-        self.factors[k].iter().any(|((v, _), _)| *v == self.instr)
+        !self.permutes[k] && self.factors[k].iter().any(|((v, _), _)| *v == self.instr)
     }
 
     /// Where a value stands among the op's tensors: its operands in order,
@@ -226,9 +236,8 @@ fn direction(stage: usize, rule: &Rule, k: usize) -> Direction {
 /// Propagates shardings over `module` (calls inlined first): the sharding
 /// of every value of the computations the program runs.
 pub(crate) fn propagate(module: &Module, mesh: &Mesh) -> Result<Propagated, SpmdError> {
-    let mut m = module.clone();
     // Calls are inlined first (XLA's CallInliner), shard_map bodies aside.
-    tpusim_hlo::passes::inline_calls_except(&mut m, &|m, i| is_manual_body(m, m.instr(i)));
+    let mut m = inlined(module);
     // As Shardy's import does: each use of a constant gets its own copy.
     tpusim_hlo::passes::split_constants(&mut m);
     let (order, comps) = program_order(&m);
@@ -277,6 +286,14 @@ pub(crate) struct Propagated {
 
 /// Whether a call is the body of a Shardy manual computation (a shard_map):
 /// its values are per-device and keep their annotations.
+/// `module` with its calls inlined, shard_map bodies aside (XLA's
+/// CallInliner before partitioning).
+pub(crate) fn inlined(module: &Module) -> Module {
+    let mut m = module.clone();
+    tpusim_hlo::passes::inline_calls_except(&mut m, &|m, i| is_manual_body(m, m.instr(i)));
+    m
+}
+
 fn is_manual_body(m: &Module, call: &tpusim_hlo::Instruction) -> bool {
     call.called_computations().iter().any(|&c| {
         m.comp(c)
@@ -679,9 +696,10 @@ fn rule_of(
     // the partitioner reports) or a value propagation does not track are
     // dropped; members that are one value are one member.
     let has_dim = |&(slot, d): &(Slot, usize)| states.get(&slot).is_some_and(|s| d < s.dims.len());
-    let factors: Vec<Factor> = factors_of(m, i)
+    let (factors, permutes): (Vec<Factor>, Vec<bool>) = factors_of(m, i)
         .into_iter()
         .map(|f| {
+            let permutes = permutes_data(m, i, &f);
             let mut members: Factor = Vec::with_capacity(f.len());
             for (slot, d) in f {
                 let member = (aliases.canon(slot), d);
@@ -689,10 +707,10 @@ fn rule_of(
                     members.push(member);
                 }
             }
-            members
+            (members, permutes)
         })
-        .filter(|f| f.len() > 1)
-        .collect();
+        .filter(|(f, _)| f.len() > 1)
+        .unzip();
     use Opcode::*;
     let class = match ins.opcode {
         Tuple | GetTupleElement | While | Conditional | Call => Class::DataFlow,
@@ -718,6 +736,7 @@ fn rule_of(
         instr: i,
         operands,
         factors,
+        permutes,
         class,
         shared_operand,
         elementwise: ins.opcode.is_elementwise()
@@ -960,7 +979,14 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
             );
             fs
         }
-        Slice | DynamicSlice | Pad => {
+        // A statically sliced or padded dim stays a factor (Shardy's
+        // non-conservative propagation: the partitioner moves the rows that
+        // cross devices); a dynamically sliced one does not (its offset is
+        // data).
+        Slice | Pad | Reverse => (0..out_dims.len())
+            .map(|d| vec![(res, d), (slot(0), d)])
+            .collect(),
+        DynamicSlice => {
             let (o, in_dims) = op(0);
             same_size_dims(&in_dims, &out_dims)
                 .map(|d| vec![(res, d), (o, d)])
@@ -979,17 +1005,13 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
                 })
                 .collect()
         }
-        Concatenate => {
-            let cat = ints("dimensions").first().copied().unwrap_or(0);
-            (0..out_dims.len())
-                .filter(|&d| d != cat)
-                .map(|d| {
-                    let mut f = vec![(res, d)];
-                    f.extend((0..ins.operands.len()).map(|k| (slot(k), d)));
-                    f
-                })
-                .collect()
-        }
+        Concatenate => (0..out_dims.len())
+            .map(|d| {
+                let mut f = vec![(res, d)];
+                f.extend((0..ins.operands.len()).map(|k| (slot(k), d)));
+                f
+            })
+            .collect(),
         Gather => gather_factors(m, i, &ints),
         Scatter if ins.operands.len() == 3 => scatter_factors(m, i, &ints),
         CustomCall if target(ins) == Some("Sharding") => {
@@ -1076,6 +1098,27 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
             ]
         }
         _ => Vec::new(),
+    }
+}
+
+/// Whether sharding `factor` of `ins` moves rows between devices: its
+/// result dim is sliced, padded, concatenated, reversed or windowed
+/// (Shardy's permutation and need-replication factors, which propagate
+/// only once every pass-through factor has).
+fn permutes_data(m: &Module, i: InstrId, factor: &Factor) -> bool {
+    let ins = m.instr(i);
+    let Some(&(_, d)) = factor.iter().find(|((v, _), _)| *v == i) else {
+        return false;
+    };
+    let resized = || {
+        let operand = ins.operands.first().map(|&o| array_dims(m, o));
+        let out = ins.shape.as_array().map(|a| a.dims.get(d).copied());
+        operand.map(|o| o.get(d).copied()) != out
+    };
+    match ins.opcode {
+        Opcode::Slice | Opcode::Pad => resized(),
+        Opcode::Concatenate | Opcode::Reverse => ins.attr_dims("dimensions").contains(&d),
+        _ => false,
     }
 }
 
