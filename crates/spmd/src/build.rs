@@ -873,16 +873,8 @@ impl Out {
         // Rows outside each device's data are padding.
         let valid: Vec<(i64, i64)> = index.iter().map(|&i| plan.valid[i as usize]).collect();
         let dims = self.dims(cut);
-        let s32 = Shape::array(PrimitiveType::S32, dims.clone());
         let pred = Shape::array(PrimitiveType::Pred, dims.clone());
-        let iota = self.emit(
-            cb,
-            "iota",
-            Opcode::Iota,
-            s32.clone(),
-            vec![],
-            vec![attr("iota_dimension", AttrValue::Int(dim as i64))],
-        );
+        let iota = self.iota_s32(cb, &dims, dim);
         let limit = self.per_device(cb, valid.iter().map(|v| v.1).collect());
         let limit = self.splat(cb, limit, PrimitiveType::S32, &dims);
         let direction = |d: &str| vec![attr("direction", AttrValue::Ident(d.into()))];
@@ -907,14 +899,37 @@ impl Out {
             );
             inside = self.emit(cb, "and", Opcode::And, pred, vec![inside, from], vec![]);
         }
-        let ty = self.ty(x);
+        self.keep_else_fill(cb, inside, cut, fill)
+    }
+
+    /// An `s32` array of `dims` counting along `dim`.
+    fn iota_s32(&mut self, cb: &mut CompB, dims: &[i64], dim: usize) -> InstrId {
+        self.emit(
+            cb,
+            "iota",
+            Opcode::Iota,
+            Shape::array(PrimitiveType::S32, dims.to_vec()),
+            vec![],
+            vec![attr("iota_dimension", AttrValue::Int(dim as i64))],
+        )
+    }
+
+    /// `x` where `keep` holds, else the scalar `fill`.
+    fn keep_else_fill(
+        &mut self,
+        cb: &mut CompB,
+        keep: InstrId,
+        x: InstrId,
+        fill: InstrId,
+    ) -> InstrId {
+        let (ty, dims) = (self.ty(x), self.dims(x));
         let fills = self.splat(cb, fill, ty, &dims);
         self.emit(
             cb,
             "select",
             Opcode::Select,
             Shape::array(ty, dims),
-            vec![inside, cut, fills],
+            vec![keep, x, fills],
             vec![],
         )
     }
@@ -1045,28 +1060,12 @@ impl Out {
     ) -> InstrId {
         let dims = self.dims(x);
         let s32 = Shape::array(PrimitiveType::S32, dims.clone());
-        let iota = self.emit(
-            cb,
-            "iota",
-            Opcode::Iota,
-            s32.clone(),
-            vec![],
-            vec![attr("iota_dimension", AttrValue::Int(dim as i64))],
-        );
+        let iota = self.iota_s32(cb, &dims, dim);
         let off = self.per_device(cb, starts);
         let offb = self.splat(cb, off, PrimitiveType::S32, &dims);
         let pos = self.emit(cb, "add", Opcode::Add, s32, vec![iota, offb], vec![]);
         let inside = self.within(cb, pos, lo, hi);
-        let ty = self.ty(x);
-        let fills = self.splat(cb, fill, ty, &dims);
-        self.emit(
-            cb,
-            "select",
-            Opcode::Select,
-            Shape::array(ty, dims),
-            vec![inside, x, fills],
-            vec![],
-        )
+        self.keep_else_fill(cb, inside, x, fill)
     }
 
     /// `parts` (of one type, alike but along `dim`) joined along `dim`.
