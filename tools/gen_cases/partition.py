@@ -439,6 +439,12 @@ def _():
     return Case(lambda x: x[1::3] * 3.0, [normal(r, (24, 4))], [P("x")], m, P("x"))
 
 
+@case("slice_whole_into_tiled", "slice", "slice a replicated array into a tiled result: each device slices its tile, nothing moves")
+def _():
+    r, m = rng_for("swt"), mesh((8,), ("x",))
+    return Case(lambda x: wsc(x[2:] * 2.0, m, P("x")), [normal(r, (18, 4))], [P()], m)
+
+
 @case("reverse_tiled", "slice", "flip both dims of an array tiled on a 2x4 mesh: shards change places")
 def _():
     r, m = rng_for("rvt"), mesh((2, 4), ("a", "b"))

@@ -1631,6 +1631,9 @@ impl<'m> Partitioner<'m> {
             if parts < 2 || (low, high, stride, interior) == (0, 0, 1, 0) {
                 continue;
             }
+            // An operand whole along the dim is tiled first and then
+            // exchanges halos, as XLA's HandleSlice reshards it to the
+            // result's tiling before windowing (slice_whole_into_tiled).
             if interior != 0 {
                 return Ok(None);
             }
