@@ -445,6 +445,12 @@ def _():
     return Case(lambda x: wsc(x[2:] * 2.0, m, P("x")), [normal(r, (18, 4))], [P()], m)
 
 
+@case("last_token_seq_tiled", "slice", "the last position of a sequence tiled 8 ways (x[:, -1]): one device holds it")
+def _():
+    r, m = rng_for("ltst"), mesh((8,), ("x",))
+    return Case(lambda x: x[:, -1] * 2.0, [normal(r, (4, 16, 8))], [P(None, "x")], m)
+
+
 @case("reverse_tiled", "slice", "flip both dims of an array tiled on a 2x4 mesh: shards change places")
 def _():
     r, m = rng_for("rvt"), mesh((2, 4), ("a", "b"))
