@@ -451,6 +451,12 @@ def _():
     return Case(lambda x: x[:, -1] * 2.0, [normal(r, (4, 16, 8))], [P(None, "x")], m)
 
 
+@case("reverse_uneven_tiled", "slice", "flip a dim tiled unevenly (10 rows over 4): shards pad on the left with a halo, then change places")
+def _():
+    r, m = rng_for("rut"), mesh((4,), ("x",))
+    return Case(lambda x: jnp.flip(x[:10] * 2.0, 0) + 1.0, [normal(r, (12, 4))], [P("x")], m)
+
+
 @case("reverse_tiled", "slice", "flip both dims of an array tiled on a 2x4 mesh: shards change places")
 def _():
     r, m = rng_for("rvt"), mesh((2, 4), ("a", "b"))

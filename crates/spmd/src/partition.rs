@@ -1481,10 +1481,10 @@ impl<'m> Partitioner<'m> {
         }
     }
 
-    /// A reverse of evenly tiled dims, kept tiled as XLA keeps it: the
-    /// shards change places (`mirror_tiles`), then each device reverses its
-    /// own. `None` where a reversed dim is tiled unevenly (XLA first pads
-    /// it on the left with a halo exchange) or no reversed dim is tiled.
+    /// A reverse of tiled dims, kept tiled as XLA keeps it: the shards
+    /// change places (`mirror_tiles`), then each device reverses its own;
+    /// an uneven dim is first padded on the left with a halo exchange.
+    /// `None` where no reversed dim is tiled.
     fn reversed(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Option<Val> {
         let sh = ops[0]
             .sh
@@ -1492,21 +1492,50 @@ impl<'m> Partitioner<'m> {
             .filter(|s| ops[0].sh.len() == 1 && s.partial.is_empty())?
             .clone();
         let base = self.src.instr(ins.operands[0]).shape.dims().to_vec();
-        let mesh = &self.out.mesh;
         let tiled: Vec<usize> = ins
             .attr_dims("dimensions")
             .into_iter()
-            .filter(|&d| sh.dims.get(d).is_some_and(|a| !a.is_empty()))
+            .filter(|&d| d < base.len() && sh.dims.get(d).is_some_and(|a| !a.is_empty()))
             .collect();
-        let even = tiled.iter().all(|&d| {
-            base.get(d)
-                .is_some_and(|&n| n % i64::from(sh.tiles(mesh, d)) == 0)
-        });
-        if tiled.is_empty() || !even {
+        if tiled.is_empty() {
             return None;
         }
+        // An uneven dim's padding must end up at its front once reversed:
+        // each device first takes the rows that shift it there from its
+        // previous shard (XLA's HaloExchangeToPadOnLeft, which XLA runs after
+        // the shards change places; the collectives are the same).
+        let mut plans = Vec::new();
+        for &d in &tiled {
+            let parts = i64::from(sh.tiles(&self.out.mesh, d));
+            let shard = ceil_div(base[d], parts);
+            let low = shard * parts - base[d];
+            if low == 0 {
+                continue;
+            }
+            let w = DimWindow {
+                base: base[d],
+                parts,
+                shard,
+                stride: 1,
+                low,
+                high: 0,
+            };
+            match halo::plan(&w) {
+                Ok(p @ halo::Exchange::Halo(_)) => plans.push((d, p)),
+                _ => return None,
+            }
+        }
+        let mut x = ops[0].id;
+        if !plans.is_empty() {
+            let zero = self.out.zero(cb, self.out.ty(x));
+            for (d, p) in &plans {
+                x = self
+                    .out
+                    .exchange_halo(cb, x, (*d, &sh.dims[*d]), p, zero, None);
+            }
+        }
         let axes: Vec<&[Axis]> = tiled.iter().map(|&d| sh.dims[d].as_slice()).collect();
-        let moved = self.out.mirror_tiles(cb, ops[0].id, &axes);
+        let moved = self.out.mirror_tiles(cb, x, &axes);
         self.local_op(cb, ins, vec![moved], sh, ins.attrs.clone())
             .ok()
     }
