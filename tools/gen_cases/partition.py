@@ -457,6 +457,13 @@ def _():
     return Case(lambda x: jnp.flip(x[:10] * 2.0, 0) + 1.0, [normal(r, (12, 4))], [P("x")], m)
 
 
+@case("concat_tiled_wide", "slice", "concatenate two arrays along a dim tiled 8 ways while the other dim could take the tiles")
+def _():
+    r, m = rng_for("ctw"), mesh((8,), ("x",))
+    return Case(lambda a, b: jnp.concatenate([a, b], 0) * 2.0, [normal(r, (16, 64)), normal(r, (8, 64))],
+                [P("x"), P("x")], m)
+
+
 @case("reverse_tiled", "slice", "flip both dims of an array tiled on a 2x4 mesh: shards change places")
 def _():
     r, m = rng_for("rvt"), mesh((2, 4), ("a", "b"))

@@ -894,7 +894,11 @@ impl<'m> Partitioner<'m> {
                 Some(v) => Ok(v),
                 None => self.dim_constrained(cb, ins, ops),
             },
-            Sort | DynamicSlice | DynamicUpdateSlice | Concatenate => {
+            Concatenate => match self.concatenated(cb, ins, ops)? {
+                Some(v) => Ok(v),
+                None => self.dim_constrained(cb, ins, ops),
+            },
+            Sort | DynamicSlice | DynamicUpdateSlice => {
                 self.dim_constrained(cb, ins, ops)
             }
             Gather => self.gather(cb, i, ops),
@@ -1479,6 +1483,56 @@ impl<'m> Partitioner<'m> {
             Opcode::Multiply => is_const(1.0),
             _ => false,
         }
+    }
+
+    /// A concatenate along a tiled dim, as XLA's handler does it
+    /// (`HandleElementwiseWithDimsToReplicate`): the joined dim's tiles move
+    /// to the first other dim whose rows divide among them and its own
+    /// (`GetFirstTargetDimToMoveShardingTiles`: an all-to-all per operand),
+    /// the operands are joined locally and the result's tiles moved back;
+    /// `None` where no dim can take them (the dim is gathered).
+    fn concatenated(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Option<Val>, SpmdError> {
+        let out = ins.shape.dims().to_vec();
+        let Some(&cat) = ins.attr_dims("dimensions").first() else {
+            return Ok(None);
+        };
+        let own = ops
+            .first()
+            .and_then(|o| o.sh.first())
+            .map(Sh::without_partial);
+        let asked = self.annotation(ins)?.and_then(|a| a.into_iter().next());
+        let Some(sh) = asked
+            .or(own)
+            .filter(|s| s.rank() == out.len() && cat < out.len())
+        else {
+            return Ok(None);
+        };
+        let mesh = &self.out.mesh;
+        let moved = i64::from(sh.tiles(mesh, cat));
+        if moved < 2 || out[cat] < 2 {
+            return Ok(None);
+        }
+        let Some(target) = (0..out.len())
+            .filter(|&t| t != cat)
+            .find(|&t| out[t] % (moved * i64::from(sh.tiles(mesh, t))) == 0)
+        else {
+            return Ok(None);
+        };
+        let mut temp = sh.clone();
+        let axes = std::mem::take(&mut temp.dims[cat]);
+        temp.dims[target].extend(axes);
+        let mut ids = Vec::with_capacity(ops.len());
+        for (k, o) in ops.iter().enumerate() {
+            let g = &self.src.instr(ins.operands[k]).shape;
+            ids.push(self.reshard_val(cb, o, g, std::slice::from_ref(&temp))?.id);
+        }
+        let joined = self.local_op(cb, ins, ids, temp, ins.attrs.clone())?;
+        self.reshard_val(cb, &joined, &ins.shape, &[sh]).map(Some)
     }
 
     /// A reverse of tiled dims, kept tiled as XLA keeps it: the shards
