@@ -546,8 +546,7 @@ fn shard_dimension(m: &Module, ar: InstrId, ds: InstrId) -> Option<usize> {
 }
 
 fn is_zero(ins: &Instruction) -> bool {
-    ins.opcode == Opcode::Constant
-        && matches!(&ins.literal, Some(Literal::Array(LiteralData::Int(v))) if v.iter().all(|&x| x == 0))
+    ins.opcode == Opcode::Constant && ins.literal.as_ref().is_some_and(Literal::is_all_zero)
 }
 
 /// Whether `id` is computed from `partition-id`/`replica-id`, also through

@@ -64,6 +64,20 @@ impl LiteralData {
     }
 }
 
+impl Literal {
+    /// Whether this is an array literal whose every element is zero (false,
+    /// 0, 0.0 or -0.0); an elided or tuple literal is not.
+    pub fn is_all_zero(&self) -> bool {
+        match self {
+            Literal::Array(LiteralData::Pred(v)) => v.iter().all(|&x| !x),
+            Literal::Array(LiteralData::Int(v)) => v.iter().all(|&x| x == 0),
+            Literal::Array(LiteralData::Float(v)) => v.iter().all(|&x| x == 0.0),
+            Literal::Array(LiteralData::Complex(v)) => v.iter().all(|&(r, i)| r == 0.0 && i == 0.0),
+            _ => false,
+        }
+    }
+}
+
 /// Rounds a value read as a double to the precision of `ty` (round to nearest even).
 pub fn round_to_type(value: f64, ty: PrimitiveType) -> f64 {
     match ty {

@@ -2,19 +2,17 @@
 //! out of a call keep their trip counts, and fusion then sees across the
 //! former call boundary.
 
+mod common;
+
 use tpusim_hlo::analysis::{while_trip_count, TripCount};
 use tpusim_hlo::passes::{fuse, inline_calls};
-use tpusim_hlo::{parse_module, print_module, verifier::verify, Module, Opcode};
+use tpusim_hlo::{parse_module, Module, Opcode};
 
 fn inlined(text: &str) -> Module {
     let mut m = parse_module(text).unwrap();
     let stats = inline_calls(&mut m);
     assert_eq!(stats.left, 0);
-    verify(&m).unwrap_or_else(|e| panic!("{}", e[0].message));
-    let printed = print_module(&m);
-    let back =
-        parse_module(&printed).unwrap_or_else(|e| panic!("{}", e.render("<inlined>", &printed)));
-    assert_eq!(print_module(&back), printed);
+    common::assert_verifies_and_reprints(&m, "<inlined>");
     m
 }
 

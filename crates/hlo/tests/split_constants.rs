@@ -2,6 +2,8 @@
 //! broadcast scalar) by another op gets its own copy, so that propagation
 //! cannot tie unrelated users together through it.
 
+mod common;
+
 use tpusim_hlo::passes::{merge_constant_copies, remove_dead_code, split_constants};
 use tpusim_hlo::{parse_module, print_module, verifier::verify, Module};
 
@@ -9,11 +11,7 @@ fn split(text: &str) -> (Module, usize) {
     let mut m = parse_module(text).unwrap();
     let stats = split_constants(&mut m);
     assert_eq!(stats.left, 0);
-    verify(&m).unwrap_or_else(|e| panic!("{}", e[0].message));
-    let printed = print_module(&m);
-    let back =
-        parse_module(&printed).unwrap_or_else(|e| panic!("{}", e.render("<split>", &printed)));
-    assert_eq!(print_module(&back), printed);
+    common::assert_verifies_and_reprints(&m, "<split>");
     (m, stats.copies)
 }
 

@@ -606,39 +606,6 @@ impl Out {
         )
     }
 
-    /// Sends `x` one step along `axes` (to the next device when `forward`,
-    /// else to the previous); the devices at the end receive zeros, or, when
-    /// `cyclic`, the value of the device at the other end.
-    fn shift(
-        &mut self,
-        cb: &mut CompB,
-        x: InstrId,
-        axes: &[Axis],
-        forward: bool,
-        cyclic: bool,
-    ) -> InstrId {
-        let pairs: Vec<Vec<i64>> = self
-            .mesh
-            .groups(axes)
-            .iter()
-            .flat_map(|g| {
-                let n = g.len();
-                let steps = if cyclic { n } else { n.saturating_sub(1) };
-                (0..steps)
-                    .map(|j| {
-                        let (a, b) = (g[j], g[(j + 1) % n]);
-                        if forward {
-                            vec![a, b]
-                        } else {
-                            vec![b, a]
-                        }
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        self.collective_permute(cb, x, pairs)
-    }
-
     /// The local value `x`, tiled along `dim` by `axes`, with a halo of the
     /// neighbours' rows: `low` rows of the previous device before it and
     /// `high` rows of the next after it (zeros past the ends), as XLA
@@ -656,15 +623,12 @@ impl Out {
         let mut parts = Vec::with_capacity(3);
         if low > 0 {
             let tail = self.slice_dim(cb, x, dim, rows - low, rows);
-            parts.push(self.shift(cb, tail, axes, true, false));
+            parts.push(self.send_along(cb, tail, axes, 1, false));
         }
         parts.push(x);
         if high > 0 {
             let head = self.slice_dim(cb, x, dim, 0, high);
-            parts.push(self.shift(cb, head, axes, false, false));
-        }
-        if parts.len() == 1 {
-            return x;
+            parts.push(self.send_along(cb, head, axes, -1, false));
         }
         self.concatenate(cb, parts, dim)
     }
@@ -715,7 +679,7 @@ impl Out {
                     limit,
                 } => {
                     let sent = self.rows_of(cb, x, dim, (start, limit), rows);
-                    self.send_along(cb, sent, axes, distance)
+                    self.send_along(cb, sent, axes, distance, false)
                 }
                 Piece::FromRight {
                     distance,
@@ -723,31 +687,15 @@ impl Out {
                     limit,
                 } => {
                     let sent = self.rows_of(cb, x, dim, (start, limit), rows);
-                    self.send_along(cb, sent, axes, -distance)
+                    self.send_along(cb, sent, axes, -distance, false)
                 }
             };
             parts.push(part);
         }
-        let joined = if parts.len() == 1 {
-            parts[0]
-        } else {
-            self.concatenate(cb, parts, dim)
-        };
+        let joined = self.concatenate(cb, parts, dim);
         let padded = self.pad_dim(cb, joined, dim, plan.pad, fill);
-        let have = self.dims(padded)[dim];
         let index = self.mesh.first_rows(axes, 1);
-        let cut = if have == plan.rows {
-            padded
-        } else if plan.offsets.windows(2).all(|w| w[0] == w[1]) {
-            let o = plan.offsets[0];
-            self.slice_dim(cb, padded, dim, o, o + plan.rows)
-        } else {
-            let mut sizes = self.dims(padded);
-            sizes[dim] = plan.rows;
-            let mut offsets: Vec<Option<Vec<i64>>> = vec![None; sizes.len()];
-            offsets[dim] = Some(index.iter().map(|&i| plan.offsets[i as usize]).collect());
-            self.dynamic_slice(cb, padded, offsets, &sizes)
-        };
+        let cut = self.cut_rows(cb, padded, dim, (&plan.offsets, &index), plan.rows);
         let Some(base) = mask else {
             return cut;
         };
@@ -851,22 +799,10 @@ impl Out {
             }
             blocks.push(picked);
         }
-        let joined = if blocks.len() == 1 {
-            blocks[0]
-        } else {
-            self.concatenate(cb, blocks, dim)
-        };
+        let joined = self.concatenate(cb, blocks, dim);
         let have = self.dims(joined)[dim];
         let padded = self.pad_dim(cb, joined, dim, (0, plan.padded - have), fill);
-        let cut = if plan.padded > plan.rows {
-            let mut sizes = self.dims(padded);
-            sizes[dim] = plan.rows;
-            let mut offsets: Vec<Option<Vec<i64>>> = vec![None; sizes.len()];
-            offsets[dim] = Some(index.iter().map(|&i| plan.offsets[i as usize]).collect());
-            self.dynamic_slice(cb, padded, offsets, &sizes)
-        } else {
-            padded
-        };
+        let cut = self.cut_rows(cb, padded, dim, (&plan.offsets, &index), plan.rows);
         if !mask {
             return cut;
         }
@@ -900,6 +836,31 @@ impl Out {
             inside = self.emit(cb, "and", Opcode::And, pred, vec![inside, from], vec![]);
         }
         self.keep_else_fill(cb, inside, cut, fill)
+    }
+
+    /// `rows` rows of `x` along `dim` from each device's offset (`offsets`
+    /// by tile index, `index` the tile index of each device): `x` itself
+    /// when it has no more, a slice when every offset is the same.
+    fn cut_rows(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        dim: usize,
+        (offsets, index): (&[i64], &[i64]),
+        rows: i64,
+    ) -> InstrId {
+        let mut sizes = self.dims(x);
+        if sizes[dim] == rows {
+            return x;
+        }
+        if offsets.windows(2).all(|w| w[0] == w[1]) {
+            let o = offsets.first().copied().unwrap_or(0);
+            return self.slice_dim(cb, x, dim, o, o + rows);
+        }
+        sizes[dim] = rows;
+        let mut starts: Vec<Option<Vec<i64>>> = vec![None; sizes.len()];
+        starts[dim] = Some(index.iter().map(|&i| offsets[i as usize]).collect());
+        self.dynamic_slice(cb, x, starts, &sizes)
     }
 
     /// An `s32` array of `dims` counting along `dim`.
@@ -995,18 +956,34 @@ impl Out {
         }
     }
 
-    /// `x` sent `by` tiles along `axes` (negative: towards lower indices);
-    /// devices no shard is sent to receive zeros.
-    fn send_along(&mut self, cb: &mut CompB, x: InstrId, axes: &[Axis], by: i64) -> InstrId {
+    /// `x` sent `by` tiles along `axes` (negative: towards lower indices).
+    /// Devices no shard reaches receive zeros or, when `cyclic`, the shard
+    /// from the other end. Pairs are listed by source going forward, by
+    /// target going back.
+    fn send_along(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        axes: &[Axis],
+        by: i64,
+        cyclic: bool,
+    ) -> InstrId {
         let pairs: Vec<Vec<i64>> = self
             .mesh
             .groups(axes)
             .iter()
             .flat_map(|g| {
                 let n = g.len() as i64;
-                (0..n)
-                    .filter(move |&j| (0..n).contains(&(j + by)))
-                    .map(move |j| vec![g[j as usize], g[(j + by) as usize]])
+                (0..n).filter_map(move |k| {
+                    let (from, to) = if by > 0 { (k, k + by) } else { (k - by, k) };
+                    let (from, to) = if cyclic {
+                        (from.rem_euclid(n), to.rem_euclid(n))
+                    } else {
+                        (from, to)
+                    };
+                    ((0..n).contains(&from) && (0..n).contains(&to))
+                        .then(|| vec![g[from as usize], g[to as usize]])
+                })
             })
             .collect();
         self.collective_permute(cb, x, pairs)
@@ -1068,8 +1045,12 @@ impl Out {
         self.keep_else_fill(cb, inside, x, fill)
     }
 
-    /// `parts` (of one type, alike but along `dim`) joined along `dim`.
+    /// `parts` (of one type, alike but along `dim`) joined along `dim` (a
+    /// single part is itself).
     fn concatenate(&mut self, cb: &mut CompB, parts: Vec<InstrId>, dim: usize) -> InstrId {
+        if let [only] = parts[..] {
+            return only;
+        }
         let mut out = self.dims(parts[0]);
         out[dim] = parts.iter().map(|&p| self.dims(p)[dim]).sum();
         let shape = Shape::array(self.ty(parts[0]), out);
@@ -1099,20 +1080,20 @@ impl Out {
         let dims = self.dims(x);
         let rows = dims[dim];
         let k = by.abs();
-        let (moved, kept, forward) = if by > 0 {
+        let (moved, kept, step) = if by > 0 {
             (
                 self.slice_dim(cb, x, dim, 0, k),
                 self.slice_dim(cb, x, dim, k, rows),
-                false,
+                -1,
             )
         } else {
             (
                 self.slice_dim(cb, x, dim, rows - k, rows),
                 self.slice_dim(cb, x, dim, 0, rows - k),
-                true,
+                1,
             )
         };
-        let got = self.shift(cb, moved, axes, forward, true);
+        let got = self.send_along(cb, moved, axes, step, true);
         let parts = if by > 0 {
             vec![kept, got]
         } else {

@@ -61,8 +61,6 @@ pub struct HaloPlan {
     pub offsets: Vec<i64>,
     /// Rows of one device's windows' input (`stride * (windows - 1) + 1`).
     pub rows: i64,
-    /// Windows a device computes (rows of the result's shard).
-    pub windows: i64,
     /// Per shard index: where its windows' input starts in the padded dim
     /// (for masking the rows of padding).
     pub window_starts: Vec<i64>,
@@ -256,7 +254,6 @@ pub fn plan(w: &DimWindow) -> Result<Exchange, NoHalo> {
         pad: (pad_low, pad_high),
         offsets,
         rows,
-        windows,
         window_starts: (0..n).map(start).collect(),
         low,
         padded: limit(n - 1),
@@ -631,7 +628,7 @@ mod tests {
         );
         assert_eq!(p.pad, (1, 1));
         assert_eq!(p.offsets, (0..8).collect::<Vec<_>>());
-        assert_eq!((p.rows, p.windows, p.padded), (4, 4, 32));
+        assert_eq!((p.rows, p.padded), (4, 32));
     }
 
     /// `x[1:]` over a dim of 16 rows in 8 shards: each device drops its first
@@ -684,7 +681,7 @@ mod tests {
         .map(halo)
         .unwrap();
         assert_eq!(p.pieces, vec![Piece::Own { start: 0, limit: 1 }]);
-        assert_eq!((p.rows, p.windows), (1, 1));
+        assert_eq!(p.rows, 1);
     }
 
     /// `x[3:11]` of 16 rows in 8 shards: halos of up to 4 rows for 1-row

@@ -890,7 +890,7 @@ impl<'m> Partitioner<'m> {
                 Some(v) => Ok(v),
                 None => self.dim_constrained(cb, ins, ops),
             },
-            Reverse => match self.reversed(cb, ins, ops) {
+            Reverse => match self.reversed(cb, ins, ops)? {
                 Some(v) => Ok(v),
                 None => self.dim_constrained(cb, ins, ops),
             },
@@ -1539,12 +1539,20 @@ impl<'m> Partitioner<'m> {
     /// change places (`mirror_tiles`), then each device reverses its own;
     /// an uneven dim is first padded on the left with a halo exchange.
     /// `None` where no reversed dim is tiled.
-    fn reversed(&mut self, cb: &mut CompB, ins: &Instruction, ops: &[Val]) -> Option<Val> {
-        let sh = ops[0]
+    fn reversed(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Option<Val>, SpmdError> {
+        let Some(sh) = ops[0]
             .sh
             .first()
-            .filter(|s| ops[0].sh.len() == 1 && s.partial.is_empty())?
-            .clone();
+            .filter(|s| ops[0].sh.len() == 1 && s.partial.is_empty())
+            .cloned()
+        else {
+            return Ok(None);
+        };
         let base = self.src.instr(ins.operands[0]).shape.dims().to_vec();
         let tiled: Vec<usize> = ins
             .attr_dims("dimensions")
@@ -1552,7 +1560,7 @@ impl<'m> Partitioner<'m> {
             .filter(|&d| d < base.len() && sh.dims.get(d).is_some_and(|a| !a.is_empty()))
             .collect();
         if tiled.is_empty() {
-            return None;
+            return Ok(None);
         }
         // An uneven dim's padding must end up at its front once reversed:
         // each device first takes the rows that shift it there from its
@@ -1576,7 +1584,7 @@ impl<'m> Partitioner<'m> {
             };
             match halo::plan(&w) {
                 Ok(p @ halo::Exchange::Halo(_)) => plans.push((d, p)),
-                _ => return None,
+                _ => return Ok(None),
             }
         }
         let mut x = ops[0].id;
@@ -1591,7 +1599,7 @@ impl<'m> Partitioner<'m> {
         let axes: Vec<&[Axis]> = tiled.iter().map(|&d| sh.dims[d].as_slice()).collect();
         let moved = self.out.mirror_tiles(cb, x, &axes);
         self.local_op(cb, ins, vec![moved], sh, ins.attrs.clone())
-            .ok()
+            .map(Some)
     }
 
     /// A static slice or an edge pad of a tiled dim, kept tiled as XLA keeps
@@ -1614,7 +1622,6 @@ impl<'m> Partitioner<'m> {
             global: g,
             windows,
             fill,
-            as_slice: ins.opcode == Opcode::Slice,
         };
         self.exchange_windows(cb, ins, w)
     }
@@ -1672,7 +1679,6 @@ impl<'m> Partitioner<'m> {
             global: src.instr(pad.operands[0]).shape.clone(),
             windows,
             fill: Some((fill.id, is_zero_constant(src.instr(pad.operands[1])))),
-            as_slice: false,
         }))
     }
 
@@ -1714,9 +1720,8 @@ impl<'m> Partitioner<'m> {
             if parts < 2 || (low, high, stride, interior) == (0, 0, 1, 0) {
                 continue;
             }
-            // An operand whole along the dim is tiled first and then
-            // exchanges halos, as XLA's HandleSlice reshards it to the
-            // result's tiling before windowing (slice_whole_into_tiled).
+            // Interior padding (XLA's base dilation) is not exchanged: the
+            // dim is gathered.
             if interior != 0 {
                 return Ok(None);
             }
@@ -1736,6 +1741,9 @@ impl<'m> Partitioner<'m> {
         if plans.is_empty() {
             return Ok(None);
         }
+        // An operand whole along the dim is tiled first and then exchanges
+        // halos, as XLA's HandleSlice reshards it to the chosen tiling
+        // before windowing (slice_whole_into_tiled).
         let x = self.reshard_val(cb, &w.operand, &w.global, std::slice::from_ref(&sh))?;
         let ty = self.out.ty(x.id);
         let (fill, zero_fill) = match w.fill {
@@ -1752,24 +1760,26 @@ impl<'m> Partitioner<'m> {
                 .out
                 .exchange_halo(cb, cur, (*d, &sh.dims[*d]), p, fill, mask);
         }
-        // What is left is local: the windows' strides on the exchanged dims,
-        // the op itself on the untiled ones.
+        // What is left is local: the windows' strides on the exchanged dims
+        // (a slice from row 0), the op itself on the untiled ones.
         let exchanged = |d: usize| plans.iter().find(|(e, ..)| *e == d).map(|(_, p, _)| p);
         let have = self.out.dims(cur);
-        if w.as_slice {
-            let Some(AttrValue::Slice(sl)) = ins.attr("slice") else {
-                return Ok(None);
-            };
-            let sl: Vec<SliceDim> = sl
+        if w.fill.is_none() {
+            let sl: Vec<SliceDim> = w
+                .windows
                 .iter()
                 .enumerate()
-                .map(|(d, s)| match exchanged(d) {
+                .map(|(d, &(low, high, stride, _))| match exchanged(d) {
                     Some(p) => SliceDim {
                         start: 0,
                         limit: p.rows(),
-                        stride: s.stride,
+                        stride,
                     },
-                    None if sh.dims[d].is_empty() => *s,
+                    None if sh.dims[d].is_empty() => SliceDim {
+                        start: -low,
+                        limit: base[d] + high,
+                        stride,
+                    },
                     None => SliceDim {
                         start: 0,
                         limit: have[d],
@@ -3972,16 +3982,11 @@ fn slice_or_pad_windows(ins: &Instruction, base: &[i64]) -> Option<Vec<(i64, i64
 
 /// Whether `ins` is a constant whose every element is zero.
 fn is_zero_constant(ins: &Instruction) -> bool {
-    use tpusim_hlo::literal::{Literal, LiteralData};
-    if ins.opcode != Opcode::Constant {
-        return false;
-    }
-    match &ins.literal {
-        Some(Literal::Array(LiteralData::Int(v))) => v.iter().all(|&x| x == 0),
-        Some(Literal::Array(LiteralData::Float(v))) => v.iter().all(|&x| x == 0.0),
-        Some(Literal::Array(LiteralData::Pred(v))) => v.iter().all(|&x| !x),
-        _ => false,
-    }
+    ins.opcode == Opcode::Constant
+        && ins
+            .literal
+            .as_ref()
+            .is_some_and(tpusim_hlo::literal::Literal::is_all_zero)
 }
 
 /// A slice or pad read as windows of one row: its operand, the operand's
@@ -3992,5 +3997,4 @@ struct Windowed {
     global: Shape,
     windows: Vec<(i64, i64, i64, i64)>,
     fill: Option<(InstrId, bool)>,
-    as_slice: bool,
 }

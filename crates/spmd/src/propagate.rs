@@ -1107,18 +1107,21 @@ fn factors_of(m: &Module, i: InstrId) -> Vec<Factor> {
 /// only once every pass-through factor has).
 fn permutes_data(m: &Module, i: InstrId, factor: &Factor) -> bool {
     let ins = m.instr(i);
+    let resizes = matches!(ins.opcode, Opcode::Slice | Opcode::Pad);
+    if !resizes && !matches!(ins.opcode, Opcode::Concatenate | Opcode::Reverse) {
+        return false;
+    }
     let Some(&(_, d)) = factor.iter().find(|((v, _), _)| *v == i) else {
         return false;
     };
-    let resized = || {
-        let operand = ins.operands.first().map(|&o| array_dims(m, o));
-        let out = ins.shape.as_array().map(|a| a.dims.get(d).copied());
-        operand.map(|o| o.get(d).copied()) != out
-    };
-    match ins.opcode {
-        Opcode::Slice | Opcode::Pad => resized(),
-        Opcode::Concatenate | Opcode::Reverse => ins.attr_dims("dimensions").contains(&d),
-        _ => false,
+    if resizes {
+        let operand = ins
+            .operands
+            .first()
+            .map(|&o| array_dims(m, o).get(d).copied());
+        operand != Some(ins.shape.dims().get(d).copied())
+    } else {
+        ins.attr_dims("dimensions").contains(&d)
     }
 }
 
