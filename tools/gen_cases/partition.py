@@ -451,6 +451,12 @@ def _():
     return Case(lambda x: x[:, -1] * 2.0, [normal(r, (4, 16, 8))], [P(None, "x")], m)
 
 
+@case("first_tokens_seq_tiled", "slice", "the first 3 positions of a sequence tiled 8 ways, then merged into one dim: XLA trims the shards past the rows read, and replicates the 3-row dim by an all-reduce")
+def _():
+    r, m = rng_for("ftst"), mesh((8,), ("x",))
+    return Case(lambda x: (x[:, :3] * 2.0).reshape(4, 24), [normal(r, (4, 16, 8))], [P(None, "x")], m)
+
+
 @case("reverse_uneven_tiled", "slice", "flip a dim tiled unevenly (10 rows over 4): shards pad on the left with a halo, then change places")
 def _():
     r, m = rng_for("rut"), mesh((4,), ("x",))

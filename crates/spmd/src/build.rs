@@ -1,7 +1,7 @@
 //! Emitting instructions into the partitioned module, and the collectives and
 //! resharding steps built from them.
 
-use crate::halo::{CompactPlan, Exchange, HaloPlan, Piece, Take};
+use crate::halo::{CompactPlan, Exchange, HaloPlan, Piece, Take, Trim, WindowPlan};
 use crate::mesh::{ceil_div, Axis, Mesh, Sh};
 use crate::SpmdError;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -638,26 +638,63 @@ impl Out {
     /// one collective-permute per piece, the pieces joined and padded with
     /// `fill`, and each device's rows cut out. With `mask` (the dim's global
     /// rows), rows of the padded dim outside the data become `fill` too.
+    /// When the plan trims shards, only theirs take part (each device first
+    /// keeps the rows of its own the plan names); the others' results are
+    /// rows of padding, whatever they hold.
     pub fn exchange_halo(
         &mut self,
         cb: &mut CompB,
         x: InstrId,
         (dim, axes): (usize, &[Axis]),
-        plan: &Exchange,
+        plan: &WindowPlan,
         fill: InstrId,
         mask: Option<i64>,
     ) -> InstrId {
-        match plan {
-            Exchange::Halo(p) => self.halo_from_neighbours(cb, x, (dim, axes), p, fill, mask),
-            Exchange::Compact(c) => self.halo_compact(cb, x, (dim, axes), c, fill, mask.is_some()),
+        let n = i64::from(self.mesh.count(axes));
+        let (x, shards, mask) = match &plan.trim {
+            Some(trim) => {
+                let x = self.trimmed_input(cb, x, (dim, axes), trim, fill, mask);
+                (x, trim.shards.clone(), mask.map(|_| trim.base))
+            }
+            None => (x, (0..n).collect(), mask),
+        };
+        let at = Shards::new(&self.mesh, axes, shards);
+        match &plan.exchange {
+            Exchange::Halo(p) => self.halo_from_neighbours(cb, x, dim, &at, p, fill, mask),
+            Exchange::Compact(c) => self.halo_compact(cb, x, dim, &at, c, fill, mask.is_some()),
         }
     }
 
-    fn halo_from_neighbours(
+    /// The rows of its own shard a device puts into a trimmed exchange,
+    /// rows past the dim's end (`mask`) set to `fill` first where the plan
+    /// says so.
+    fn trimmed_input(
         &mut self,
         cb: &mut CompB,
         x: InstrId,
         (dim, axes): (usize, &[Axis]),
+        trim: &Trim,
+        fill: InstrId,
+        mask: Option<i64>,
+    ) -> InstrId {
+        let rows = self.dims(x)[dim];
+        let x = match mask {
+            Some(base) if trim.premask => {
+                let starts = self.mesh.first_rows(axes, rows);
+                self.keep_rows(cb, x, dim, starts, (0, base), fill)
+            }
+            _ => x,
+        };
+        self.rows_of(cb, x, dim, trim.own, rows)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn halo_from_neighbours(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        dim: usize,
+        at: &Shards,
         plan: &HaloPlan,
         fill: InstrId,
         mask: Option<i64>,
@@ -679,7 +716,8 @@ impl Out {
                     limit,
                 } => {
                     let sent = self.rows_of(cb, x, dim, (start, limit), rows);
-                    self.send_along(cb, sent, axes, distance, false)
+                    let pairs = at.shifted(distance);
+                    self.collective_permute(cb, sent, pairs)
                 }
                 Piece::FromRight {
                     distance,
@@ -687,14 +725,15 @@ impl Out {
                     limit,
                 } => {
                     let sent = self.rows_of(cb, x, dim, (start, limit), rows);
-                    self.send_along(cb, sent, axes, -distance, false)
+                    let pairs = at.shifted(-distance);
+                    self.collective_permute(cb, sent, pairs)
                 }
             };
             parts.push(part);
         }
         let joined = self.concatenate(cb, parts, dim);
         let padded = self.pad_dim(cb, joined, dim, plan.pad, fill);
-        let index = self.mesh.first_rows(axes, 1);
+        let index = at.index.clone();
         let cut = self.cut_rows(cb, padded, dim, (&plan.offsets, &index), plan.rows);
         let Some(base) = mask else {
             return cut;
@@ -713,18 +752,19 @@ impl Out {
     /// each), each block picked per device from what it was sent, its own
     /// rows or padding, the blocks joined, and each device's rows cut out;
     /// with `mask`, the rows of padding become `fill`.
+    #[allow(clippy::too_many_arguments)]
     fn halo_compact(
         &mut self,
         cb: &mut CompB,
         x: InstrId,
-        (dim, axes): (usize, &[Axis]),
+        dim: usize,
+        at: &Shards,
         plan: &CompactPlan,
         fill: InstrId,
         mask: bool,
     ) -> InstrId {
         let rows = self.dims(x)[dim];
-        let groups = self.mesh.groups(axes);
-        let index = self.mesh.first_rows(axes, 1);
+        let index = at.index.clone();
         let fill = if mask {
             fill
         } else {
@@ -735,14 +775,7 @@ impl Out {
             .iter()
             .map(|send| {
                 let part = self.rows_of(cb, x, dim, (send.start, send.limit), rows);
-                let pairs = groups
-                    .iter()
-                    .flat_map(|g| {
-                        send.pairs
-                            .iter()
-                            .map(|&(a, b)| vec![g[a as usize], g[b as usize]])
-                    })
-                    .collect();
+                let pairs = at.pairs(send.pairs.iter().copied());
                 self.collective_permute(cb, part, pairs)
             })
             .collect();
@@ -1340,11 +1373,23 @@ impl Out {
                 s.dims[b].extend(&moving);
             }
         }
-        // All-gather what `to` does not tile the same way, the minor dims
-        // first (XLA's order).
+        // Untile what `to` does not tile the same way, as XLA's
+        // ReplicatePartial does: dims whose shard is the whole (one row)
+        // from the first shard, by a select and an all-reduce; then
+        // all-gathers, the minor dims first; then dims of no more rows than
+        // half their shards, each row put in place in zeros and all-reduced.
+        let (broadcast, summed) = self.untiled_by_all_reduce(global, &s, to);
+        if !broadcast.is_empty() {
+            let axes: Vec<Axis> = broadcast.iter().flat_map(|(_, a)| a.clone()).collect();
+            cur = self.first_shard_everywhere(cb, cur, &axes);
+            for (d, a) in &broadcast {
+                let keep = s.dims[*d].len() - a.len();
+                s.dims[*d].truncate(keep);
+            }
+        }
         for d in (0..s.rank()).rev() {
             let lcp = common_prefix(&s.dims[d], &to.dims[d]);
-            if lcp == s.dims[d].len() {
+            if lcp == s.dims[d].len() || summed.iter().any(|(e, _)| *e == d) {
                 continue;
             }
             let keep = s.dims[d][..lcp].to_vec();
@@ -1362,6 +1407,13 @@ impl Out {
                 lim[d] = global[d];
                 cur = self.slice_low(cb, cur, &lim);
                 s.dims[d].clear();
+            }
+        }
+        if !summed.is_empty() {
+            cur = self.rows_summed(cb, cur, global, &summed);
+            for (d, a) in &summed {
+                let keep = s.dims[*d].len() - a.len();
+                s.dims[*d].truncate(keep);
             }
         }
         // Dynamic-slice what `to` tiles further.
@@ -1405,6 +1457,93 @@ impl Out {
 }
 
 impl Out {
+    /// The dims (and the axes untiling them) that XLA's ReplicatePartial
+    /// untiles by all-reduces rather than all-gathers: those whose shard
+    /// already spans the rows left to each device (`broadcast`), and those
+    /// with no more rows than half their shards (`summed`).
+    #[allow(clippy::type_complexity)]
+    fn untiled_by_all_reduce(
+        &self,
+        global: &[i64],
+        s: &Sh,
+        to: &Sh,
+    ) -> (Vec<(usize, Vec<Axis>)>, Vec<(usize, Vec<Axis>)>) {
+        let (mut broadcast, mut summed) = (Vec::new(), Vec::new());
+        // Only dims untiled whole: XLA untiles part of a dim's tiling by
+        // these only after a halo exchange that moves rows into the groups'
+        // shards, which tpusim does not do (it gathers such a dim whole).
+        let untiled = s.dims.iter().zip(&to.dims).zip(global).enumerate();
+        for (d, ((have, want_axes), &rows)) in untiled {
+            if have.is_empty() || common_prefix(have, want_axes) > 0 {
+                continue;
+            }
+            let parts = i64::from(self.mesh.count(have));
+            if ceil_div(rows, parts) == rows {
+                broadcast.push((d, have.clone()));
+            } else if rows <= parts / 2 {
+                summed.push((d, have.clone()));
+            }
+        }
+        (broadcast, summed)
+    }
+
+    /// `x` as the first device along `axes` holds it, on every device: the
+    /// others' values zeroed, then summed (XLA's PartitionedHlo::Broadcast).
+    fn first_shard_everywhere(&mut self, cb: &mut CompB, x: InstrId, axes: &[Axis]) -> InstrId {
+        let (ty, dims) = (self.ty(x), self.dims(x));
+        let index = self.mesh.first_rows(axes, 1);
+        let tile = self.per_device(cb, index);
+        let first = self.equals(cb, tile, 0, &dims);
+        let zero = self.zero(cb, ty);
+        let kept = self.keep_else_fill(cb, first, x, zero);
+        self.all_reduce(cb, kept, axes, None)
+    }
+
+    /// `x` with the one-row shards of `summed` dims put in place in zeros
+    /// of the dims' rows (shards past the last row zeroed) and summed over
+    /// their axes: one dynamic-update-slice and one all-reduce.
+    fn rows_summed(
+        &mut self,
+        cb: &mut CompB,
+        x: InstrId,
+        global: &[i64],
+        summed: &[(usize, Vec<Axis>)],
+    ) -> InstrId {
+        let ty = self.ty(x);
+        let zero = self.zero(cb, ty);
+        let mut cur = x;
+        let mut full = self.dims(x);
+        let mut offsets: Vec<Option<Vec<i64>>> = vec![None; full.len()];
+        for (d, gather) in summed {
+            let want = global[*d];
+            let tiles = self.mesh.first_rows(gather, 1);
+            let parts = i64::from(self.mesh.count(gather));
+            if parts != want {
+                cur = self.keep_rows(cb, cur, *d, tiles.clone(), (0, want), zero);
+            }
+            offsets[*d] = Some(tiles.iter().map(|&t| t.min(want - 1)).collect());
+            full[*d] = want;
+        }
+        let zeros = self.splat(cb, zero, ty, &full);
+        let mut ops = vec![zeros, cur];
+        for o in offsets {
+            ops.push(match o {
+                Some(table) => self.per_device(cb, table),
+                None => self.s32_zero(cb),
+            });
+        }
+        let placed = self.emit(
+            cb,
+            "dynamic-update-slice",
+            Opcode::DynamicUpdateSlice,
+            Shape::array(ty, full),
+            ops,
+            vec![],
+        );
+        let axes: Vec<Axis> = summed.iter().flat_map(|(_, a)| a.clone()).collect();
+        self.all_reduce(cb, placed, &axes, None)
+    }
+
     /// Moves the tiling by `moving` (the minor end of dim `src`'s) to the
     /// minor end of dim `dst`'s, padding `dst` to a multiple of the parts.
     fn move_tiling(
@@ -1637,4 +1776,54 @@ impl Out {
 
 fn common_prefix(a: &[Axis], b: &[Axis]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The shards of a dim that take part in a halo exchange: the exchange's
+/// shard `k` is tile `shards[k]` of the dim's axes (every tile, in order,
+/// unless the plan trims some).
+pub(crate) struct Shards {
+    groups: Vec<Vec<i64>>,
+    shards: Vec<i64>,
+    /// Per device: its exchange shard (0 for a device left out: its rows
+    /// are padding).
+    index: Vec<i64>,
+}
+
+impl Shards {
+    fn new(mesh: &Mesh, axes: &[Axis], shards: Vec<i64>) -> Shards {
+        let index = mesh
+            .first_rows(axes, 1)
+            .into_iter()
+            .map(|tile| shards.iter().position(|&s| s == tile).unwrap_or(0) as i64)
+            .collect();
+        Shards {
+            groups: mesh.groups(axes),
+            shards,
+            index,
+        }
+    }
+
+    /// Device pairs, in every group, for pairs of exchange shards.
+    fn pairs(&self, shard_pairs: impl Iterator<Item = (i64, i64)> + Clone) -> Vec<Vec<i64>> {
+        self.groups
+            .iter()
+            .flat_map(|g| {
+                shard_pairs.clone().map(move |(a, b)| {
+                    let tile = |k: i64| g[self.shards[k as usize] as usize];
+                    vec![tile(a), tile(b)]
+                })
+            })
+            .collect()
+    }
+
+    /// Each shard sent `by` shards along (negative: towards lower ones);
+    /// listed by source going forward, by target going back.
+    fn shifted(&self, by: i64) -> Vec<Vec<i64>> {
+        let n = self.shards.len() as i64;
+        let shard_pairs = (0..n).filter_map(move |k| {
+            let (from, to) = if by > 0 { (k, k + by) } else { (k - by, k) };
+            ((0..n).contains(&from) && (0..n).contains(&to)).then_some((from, to))
+        });
+        self.pairs(shard_pairs)
+    }
 }

@@ -1,8 +1,10 @@
 //! Halo plans: which rows each device of a dim tiled in `n` shards needs from
 //! its neighbours to compute a window over the dim (a static slice or an
 //! edge pad, which XLA's partitioner treats as windows of one row), as XLA's
-//! `ReshardAsWindowedInput` and `ExchangeHalo` work it out. Pure arithmetic:
-//! `build` emits the plan's collective-permutes, concatenate and slices.
+//! `ReshardAsWindowedInput` and `ExchangeHalo` work it out, trimming the
+//! shards that hold no useful rows when the windows are fewer than the
+//! shards. Pure arithmetic: `build` emits the plan's collective-permutes,
+//! concatenate and slices.
 
 /// One dim's window: a dim of `base` rows tiled in `parts` shards of `shard`
 /// rows (the last padded when uneven), read by windows of one row every
@@ -145,6 +147,149 @@ fn max_over(range: std::ops::Range<i64>, f: impl Fn(i64) -> i64) -> i64 {
     range.map(f).max().unwrap_or(i64::MIN)
 }
 
+/// Shards left out of a dim's exchange when it has fewer windows than
+/// shards (XLA's trimmed target sharding in `ReshardAsWindowedInput`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trim {
+    /// The tile index of each shard that takes part, in order: the
+    /// exchange's shard `k` is tile `shards[k]`.
+    pub shards: Vec<i64>,
+    /// The rows of its own shard each device puts into the exchange.
+    pub own: (i64, i64),
+    /// Whether rows past the dim's end are set to the fill first (the
+    /// exchanged shards run past an uneven end into a pad's high edge).
+    pub premask: bool,
+    /// Rows of the dim the exchange sees: its shards' kept rows, joined.
+    pub base: i64,
+}
+
+/// How a dim's windows get their rows, shards trimmed or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowPlan {
+    pub exchange: Exchange,
+    pub trim: Option<Trim>,
+}
+
+/// The plan for `w`, trimming the shards that hold no useful input when
+/// the windows are fewer than the shards, as XLA does: shards past the
+/// last useful one, and a run in the middle between the shards with
+/// windows and the one whose rows they read (`x[:, -1]` of a tiled
+/// sequence: the last device sends its row to the first).
+pub fn plan_windows(w: &DimWindow) -> Result<WindowPlan, NoHalo> {
+    match plan(w) {
+        Err(NoHalo::FewerWindowsThanShards) => trimmed(w),
+        other => other.map(|exchange| WindowPlan {
+            exchange,
+            trim: None,
+        }),
+    }
+}
+
+fn trimmed(w: &DimWindow) -> Result<WindowPlan, NoHalo> {
+    let DimWindow {
+        base,
+        parts: n,
+        shard: s,
+        stride,
+        low,
+        high,
+    } = *w;
+    let full = base + low + high;
+    let count = (full - 1) / stride + 1;
+    let mut kept = n;
+    let mut size = s;
+    let mut own = (0, s);
+    let mut premask = false;
+    let useful = ceil_div(base + high, s);
+    if useful < n {
+        kept = useful.max(count);
+        if kept == 1 {
+            return Ok(WindowPlan {
+                exchange: Exchange::Halo(local_windows(w, count)),
+                trim: Some(Trim {
+                    shards: vec![0],
+                    own,
+                    premask,
+                    base: s,
+                }),
+            });
+        }
+        if s * kept > base && high > 0 {
+            premask = true;
+        } else if high < 0 && full - low < s {
+            size = full - low;
+            own.1 = size;
+        }
+    }
+    if size < 1 {
+        // The windows read padding only.
+        return Err(NoHalo::Empty);
+    }
+    let mut left = low;
+    let mut middle = 0;
+    let empty = (-left) / size - count;
+    if count < kept && empty > 0 {
+        middle = empty;
+        kept -= empty;
+        left += empty * size;
+        if -left > size * (kept - 1) {
+            let skip = -left - size * (kept - 1);
+            size -= skip;
+            left += skip * kept;
+            own.0 = skip;
+            if full < size {
+                let skip = size - full;
+                own.1 -= skip;
+                left += skip * (kept - 1);
+                size = full;
+            }
+        }
+    }
+    if kept < 2 || size < 1 {
+        return Err(NoHalo::Empty);
+    }
+    let shards = (0..kept)
+        .map(|k| if k < count { k } else { k + middle })
+        .collect();
+    let exchanged = DimWindow {
+        base: size * kept,
+        parts: kept,
+        shard: size,
+        stride,
+        low: left,
+        high: 0,
+    };
+    Ok(WindowPlan {
+        exchange: exchange(&exchanged, ceil_div(count, n))?,
+        trim: Some(Trim {
+            shards,
+            own,
+            premask,
+            base: size * kept,
+        }),
+    })
+}
+
+/// All of `w`'s `count` windows read rows of its first shard: each
+/// device reads them from its own (only the first's are used).
+fn local_windows(w: &DimWindow, count: i64) -> HaloPlan {
+    let rows = w.stride * (count - 1) + 1;
+    let pad_low = w.low.max(0);
+    let offset = (-w.low).max(0);
+    HaloPlan {
+        pieces: vec![Piece::Own {
+            start: 0,
+            limit: w.shard,
+        }],
+        pad: (pad_low, (offset + rows - pad_low - w.shard).max(0)),
+        offsets: vec![offset],
+        rows,
+        window_starts: vec![0],
+        low: w.low,
+        padded: rows,
+    }
+}
+
 /// The plan for `w`, or why XLA does not exchange halos for it.
 pub fn plan(w: &DimWindow) -> Result<Exchange, NoHalo> {
     let DimWindow {
@@ -166,7 +311,19 @@ pub fn plan(w: &DimWindow) -> Result<Exchange, NoHalo> {
     if count < n {
         return Err(NoHalo::FewerWindowsThanShards);
     }
-    let windows = ceil_div(count, n);
+    exchange(w, ceil_div(count, n))
+}
+
+/// The exchange that gives each of `w`'s shards the input of its
+/// `windows` windows.
+fn exchange(w: &DimWindow, windows: i64) -> Result<Exchange, NoHalo> {
+    let DimWindow {
+        parts: n,
+        shard: s,
+        stride,
+        low,
+        ..
+    } = *w;
     let rows = stride * (windows - 1) + 1;
     let start = |i: i64| stride * windows * i;
     let limit = |i: i64| start(i) + rows;
@@ -470,13 +627,16 @@ mod tests {
         v[start as usize..limit as usize].to_vec()
     }
 
-    /// What device `i` holds after a neighbour exchange, as `build` emits it.
-    fn run_halo(w: &DimWindow, p: &HaloPlan, i: i64) -> Vec<Row> {
+    /// What the exchange's shard `i` holds after a neighbour exchange, as
+    /// `build` emits it, from the rows `data` each shard puts in.
+    fn run_halo(data: &[Vec<Row>], p: &HaloPlan, i: i64) -> Vec<Row> {
         let mut joined = Vec::new();
         for piece in &p.pieces {
             match *piece {
                 Piece::Zeros(k) => joined.extend(vec![None; k as usize]),
-                Piece::Own { start, limit } => joined.extend(rows_of(&shard(w, i), start, limit)),
+                Piece::Own { start, limit } => {
+                    joined.extend(rows_of(&data[i as usize], start, limit))
+                }
                 Piece::FromLeft {
                     distance,
                     start,
@@ -492,8 +652,8 @@ mod tests {
                     } else {
                         i + distance
                     };
-                    if (0..w.parts).contains(&from) {
-                        joined.extend(rows_of(&shard(w, from), start, limit));
+                    if (0..data.len() as i64).contains(&from) {
+                        joined.extend(rows_of(&data[from as usize], start, limit));
                     } else {
                         joined.extend(vec![None; (limit - start) as usize]);
                     }
@@ -507,13 +667,14 @@ mod tests {
         rows_of(&padded, o, o + p.rows)
     }
 
-    /// What device `i` holds after a compact exchange, as `build` emits it.
-    fn run_compact(w: &DimWindow, c: &CompactPlan, i: i64) -> Vec<Row> {
+    /// What the exchange's shard `i` holds after a compact exchange, as
+    /// `build` emits it.
+    fn run_compact(data: &[Vec<Row>], c: &CompactPlan, i: i64) -> Vec<Row> {
         let received: Vec<Vec<Row>> = c
             .sends
             .iter()
             .map(|send| match send.pairs.iter().find(|&&(_, to)| to == i) {
-                Some(&(from, _)) => rows_of(&shard(w, from), send.start, send.limit),
+                Some(&(from, _)) => rows_of(&data[from as usize], send.start, send.limit),
                 None => vec![None; (send.limit - send.start) as usize],
             })
             .collect();
@@ -521,7 +682,10 @@ mod tests {
         for (b, (&size, takes)) in c.sizes.iter().zip(&c.takes).enumerate() {
             let mut piece = match takes[i as usize] {
                 Take::Sent(k) => received[k].clone(),
-                Take::Own(start) => rows_of(&shard(w, i), start, (start + size).min(w.shard)),
+                Take::Own(start) => {
+                    let own = &data[i as usize];
+                    rows_of(own, start, (start + size).min(own.len() as i64))
+                }
                 Take::Padding => vec![None; size as usize],
             };
             let short = vec![None; (size - piece.len() as i64) as usize];
@@ -548,30 +712,54 @@ mod tests {
         }
     }
 
+    /// What device `tile` holds after `wp`'s exchange: `None` when its
+    /// shard was trimmed out of it.
+    fn run(w: &DimWindow, wp: &WindowPlan, tile: i64) -> Option<Vec<Row>> {
+        let (shards, own, premask) = match &wp.trim {
+            Some(t) => (t.shards.clone(), t.own, t.premask),
+            None => ((0..w.parts).collect(), (0, w.shard), false),
+        };
+        let k = shards.iter().position(|&s| s == tile)? as i64;
+        let data: Vec<Vec<Row>> = shards
+            .iter()
+            .map(|&s| {
+                let rows = rows_of(&shard(w, s), own.0, own.1);
+                let masked = |r: Row| if premask && r == Some(-1) { None } else { r };
+                rows.into_iter().map(masked).collect()
+            })
+            .collect();
+        Some(match &wp.exchange {
+            Exchange::Halo(p) => run_halo(&data, p, k),
+            Exchange::Compact(c) => run_compact(&data, c, k),
+        })
+    }
+
     proptest! {
         /// Every row a device's windows read is the row of the dim they
         /// read, wherever the plan fetched it from: rows inside the data
         /// exactly, rows outside it zeros where the dim is even (where it
-        /// is not, the partitioner masks them).
+        /// is not, the partitioner masks them). With fewer windows than
+        /// shards, the devices with windows get theirs from the shards
+        /// left in the exchange.
         #[test]
         fn every_window_reads_the_rows_it_should(
             parts in 2i64..=8,
             extra in 0i64..=40,
             stride in 1i64..=3,
-            low in -20i64..=20,
-            high in -20i64..=20,
+            low in -40i64..=20,
+            high in -40i64..=20,
         ) {
             let base = parts + extra;
             let w = window(base, parts, stride, low, high);
-            let Ok(exchange) = plan(&w) else { return Ok(()) };
+            let Ok(wp) = plan_windows(&w) else { return Ok(()) };
             let count = (base + low + high - 1) / stride + 1;
             let windows = (count + parts - 1) / parts;
             for i in 0..parts {
-                let got = match &exchange {
-                    Exchange::Halo(p) => run_halo(&w, p, i),
-                    Exchange::Compact(c) => run_compact(&w, c, i),
+                let Some(got) = run(&w, &wp, i) else {
+                    prop_assert!(windows * i >= count, "device {} has windows: {:?}", i, wp);
+                    continue;
                 };
-                prop_assert_eq!(got.len() as i64, exchange.rows());
+                prop_assert_eq!(got.len() as i64, wp.exchange.rows());
                 for (r, &row) in got.iter().enumerate() {
                     let r = r as i64;
                     // Only the rows a window starts on are read.
@@ -580,8 +768,8 @@ mod tests {
                     }
                     let data = stride * windows * i + r - low;
                     if (0..base).contains(&data) {
-                        prop_assert_eq!(row, Some(data), "device {} row {}: {:?}", i, r, exchange);
-                    } else if base % parts == 0 && matches!(exchange, Exchange::Halo(_)) {
+                        prop_assert_eq!(row, Some(data), "device {} row {}: {:?}", i, r, wp);
+                    } else if base % parts == 0 && matches!(wp.exchange, Exchange::Halo(_)) {
                         prop_assert_eq!(row, None, "device {} row {}", i, r);
                     }
                 }
@@ -720,5 +908,37 @@ mod tests {
         assert_eq!((c.rows, c.sizes.clone()), (1, vec![2]));
         let few = DimWindow { high: -10, ..w };
         assert_eq!(plan(&few), Err(NoHalo::FewerWindowsThanShards));
+    }
+
+    /// `x[15:16]` of 16 rows in 8 shards (`x[:, -1]`, case
+    /// last_token_seq_tiled): XLA trims the six shards between the first
+    /// (the one window) and the last (its row), each device keeps its
+    /// second row, and the last device sends it to the first.
+    #[test]
+    fn one_window_far_from_its_row_trims_the_shards_between() {
+        let wp = plan_windows(&DimWindow {
+            base: 16,
+            parts: 8,
+            shard: 2,
+            stride: 1,
+            low: -15,
+            high: 0,
+        })
+        .unwrap();
+        let trim = wp.trim.clone().unwrap();
+        assert_eq!(
+            (trim.shards, trim.own, trim.premask),
+            (vec![0, 7], (1, 2), false)
+        );
+        let p = halo(wp.exchange);
+        assert_eq!(
+            p.pieces,
+            vec![Piece::FromRight {
+                distance: 1,
+                start: 0,
+                limit: 1
+            }]
+        );
+        assert_eq!((p.rows, p.offsets), (1, vec![0, 0]));
     }
 }

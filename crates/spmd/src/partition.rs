@@ -1583,7 +1583,13 @@ impl<'m> Partitioner<'m> {
                 high: 0,
             };
             match halo::plan(&w) {
-                Ok(p @ halo::Exchange::Halo(_)) => plans.push((d, p)),
+                Ok(exchange @ halo::Exchange::Halo(_)) => plans.push((
+                    d,
+                    halo::WindowPlan {
+                        exchange,
+                        trim: None,
+                    },
+                )),
                 _ => return Ok(None),
             }
         }
@@ -1733,7 +1739,7 @@ impl<'m> Partitioner<'m> {
                 low,
                 high,
             };
-            match halo::plan(&dim) {
+            match halo::plan_windows(&dim) {
                 Ok(p) => plans.push((d, p, base[d] % parts != 0)),
                 Err(_) => return Ok(None),
             }
@@ -1772,7 +1778,7 @@ impl<'m> Partitioner<'m> {
                 .map(|(d, &(low, high, stride, _))| match exchanged(d) {
                     Some(p) => SliceDim {
                         start: 0,
-                        limit: p.rows(),
+                        limit: p.exchange.rows(),
                         stride,
                     },
                     None if sh.dims[d].is_empty() => SliceDim {
@@ -1787,6 +1793,16 @@ impl<'m> Partitioner<'m> {
                     },
                 })
                 .collect();
+            let whole = sl
+                .iter()
+                .zip(&have)
+                .all(|(s, &n)| (s.start, s.limit, s.stride) == (0, n, 1));
+            if whole {
+                return Ok(Some(Val {
+                    id: cur,
+                    sh: vec![sh],
+                }));
+            }
             let mut attrs = ins.attrs.clone();
             set_attr(&mut attrs, "slice", AttrValue::Slice(sl));
             return self.local_op(cb, ins, vec![cur], sh, attrs).map(Some);

@@ -54,10 +54,12 @@
 //!
 //! Not modelled: the exact order Shardy's rewrite driver visits ops in (XLA
 //! imports the HLO into Shardy in its own op order, and where the outcome
-//! depends on order the two can part), sub-axes, Shardy's refusal to tile a
-//! non-minor factor of a reshaped dim unevenly (tpusim carries an uneven
-//! tiling on, padded, but never more tiles than rows), and shard_map bodies
-//! (they keep their own annotations).
+//! depends on order the two can part), sub-axes (a reshape's split or
+//! merged dims, whose major factor Shardy tiles by the axes' common divisor
+//! with its size, take a prefix of the axes with no more tiles than rows),
+//! and shard_map bodies (they keep their own annotations). A minor-most
+//! factor may take more tiles than it has rows, padded, as in Shardy
+//! (`x[:, :3]` of a sequence tiled 8 ways stays tiled 8 ways).
 //!
 //! This pass never prints and never panics on any input: a malformed op
 //! simply has no factors, and the partitioner reports it.
@@ -152,6 +154,11 @@ struct Rule {
     /// permutation and need-replication factors), which no stage before
     /// the fourth propagates.
     permutes: Vec<bool>,
+    /// Per factor: whether it is the minor-most factor of every dim it
+    /// spans, so that a tiling may overflow it (more tiles than rows,
+    /// padded), as Shardy lets it; a reshape's split or merged dims are
+    /// tiled no more ways than they have rows.
+    minor_most: Vec<bool>,
     class: Class,
     /// Whether an operand (not a scalar) has other uses.
     shared_operand: bool,
@@ -609,7 +616,7 @@ fn apply(rule: &Rule, stage: usize, states: &mut FxHashMap<Slot, State>, mesh: &
                 }
             }
             if let Some(state) = states.get_mut(&slot) {
-                if extend(state, d, axes, mesh) {
+                if extend(state, d, axes, (mesh, rule.minor_most[k])) {
                     changed.push(slot);
                 }
             }
@@ -619,6 +626,33 @@ fn apply(rule: &Rule, stage: usize, states: &mut FxHashMap<Slot, State>, mesh: &
     changed.sort_by_key(|&slot| (rule.tensor_index(slot), slot.1));
     changed.dedup();
     changed
+}
+
+/// Whether `factor` of op `i` is the minor-most factor of each dim it
+/// spans: all are but a reshape's that split or merge dims (tpusim gives
+/// such a group's major dims the factor).
+fn minor_most(m: &Module, i: InstrId, factor: &Factor) -> bool {
+    let ins = m.instr(i);
+    if !matches!(ins.opcode, Opcode::Reshape | Opcode::Bitcast) {
+        return true;
+    }
+    let (Some(&(_, a)), Some(&(_, b))) = (
+        factor.iter().find(|m| m.0 .0 != i),
+        factor.iter().find(|m| m.0 .0 == i),
+    ) else {
+        return true;
+    };
+    let Some(operand) = ins.operands.first() else {
+        return true;
+    };
+    let (input, out) = (m.instr(*operand).shape.dims(), ins.shape.dims());
+    let non_unit = |dims: &[i64], r: std::ops::Range<usize>| r.filter(|&d| dims[d] != 1).count();
+    reshape_groups(input, out).into_iter().any(|(ins, outs)| {
+        ins.contains(&a)
+            && outs.contains(&b)
+            && non_unit(input, ins.clone()) == 1
+            && non_unit(out, outs) == 1
+    })
 }
 
 /// Whether `slot` is on the side a one-way direction propagates from.
@@ -631,9 +665,9 @@ fn is_source(rule: &Rule, dir: Direction, slot: Slot) -> bool {
 }
 
 /// Extends dim `d` of an open value towards `chosen` (which it must hold a
-/// prefix of) with the axes its other dims leave free, and no more tiles
-/// than the dim has rows.
-fn extend(state: &mut State, d: usize, chosen: &[Axis], mesh: &Mesh) -> bool {
+/// prefix of) with the axes its other dims leave free; unless the factor
+/// is minor-most (`overflow`), with no more tiles than the dim has rows.
+fn extend(state: &mut State, d: usize, chosen: &[Axis], (mesh, overflow): (&Mesh, bool)) -> bool {
     let cur = &state.dims[d];
     if state.closed[d] || !chosen.starts_with(cur) || chosen.len() == cur.len() {
         return false;
@@ -646,7 +680,11 @@ fn extend(state: &mut State, d: usize, chosen: &[Axis], mesh: &Mesh) -> bool {
         .flat_map(|(_, a)| a.iter().copied())
         .collect();
     let free = chosen.iter().take_while(|a| !taken.contains(a)).count();
-    let new = fitting_prefix(&chosen[..free], state.sizes[d], mesh);
+    let new = if overflow {
+        chosen[..free].to_vec()
+    } else {
+        fitting_prefix(&chosen[..free], state.sizes[d], mesh)
+    };
     if new.len() <= state.dims[d].len() {
         return false;
     }
@@ -696,10 +734,10 @@ fn rule_of(
     // the partitioner reports) or a value propagation does not track are
     // dropped; members that are one value are one member.
     let has_dim = |&(slot, d): &(Slot, usize)| states.get(&slot).is_some_and(|s| d < s.dims.len());
-    let (factors, permutes): (Vec<Factor>, Vec<bool>) = factors_of(m, i)
+    let (factors, flags): (Vec<Factor>, Vec<(bool, bool)>) = factors_of(m, i)
         .into_iter()
         .map(|f| {
-            let permutes = permutes_data(m, i, &f);
+            let flags = (permutes_data(m, i, &f), minor_most(m, i, &f));
             let mut members: Factor = Vec::with_capacity(f.len());
             for (slot, d) in f {
                 let member = (aliases.canon(slot), d);
@@ -707,10 +745,11 @@ fn rule_of(
                     members.push(member);
                 }
             }
-            (members, permutes)
+            (members, flags)
         })
         .filter(|(f, _)| f.len() > 1)
         .unzip();
+    let (permutes, minor_most) = flags.into_iter().unzip();
     use Opcode::*;
     let class = match ins.opcode {
         Tuple | GetTupleElement | While | Conditional | Call => Class::DataFlow,
@@ -737,6 +776,7 @@ fn rule_of(
         operands,
         factors,
         permutes,
+        minor_most,
         class,
         shared_operand,
         elementwise: ins.opcode.is_elementwise()
