@@ -492,6 +492,12 @@ def _():
     return Case(f, [normal(r, (4, 16)), normal(r, (8, 10))], [P("a", "b"), P("b", None)], m)
 
 
+@case("sort_tiled_rows_move", "sort", "sort along a dim tiled 8 ways while the other dim's 16 rows could take the tiles")
+def _():
+    r, m = rng_for("strm"), mesh((8,), ("x",))
+    return Case(lambda x: jnp.sort(x, axis=1) * 2.0, [normal(r, (16, 64))], [P(None, "x")], m)
+
+
 @case("argsort_sharded", "sort", "argsort (variadic sort with an iota) along a sharded dim")
 def _():
     r, m = rng_for("asort"), mesh((8,), ("x",))

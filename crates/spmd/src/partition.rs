@@ -898,9 +898,11 @@ impl<'m> Partitioner<'m> {
                 Some(v) => Ok(v),
                 None => self.dim_constrained(cb, ins, ops),
             },
-            Sort | DynamicSlice | DynamicUpdateSlice => {
-                self.dim_constrained(cb, ins, ops)
-            }
+            Sort => match self.sorted(cb, ins, ops)? {
+                Some(v) => Ok(v),
+                None => self.dim_constrained(cb, ins, ops),
+            },
+            DynamicSlice | DynamicUpdateSlice => self.dim_constrained(cb, ins, ops),
             Gather => self.gather(cb, i, ops),
             Scatter => self.scatter(cb, i, ops),
             While => self.while_loop(cb, i, ins, ops),
@@ -1512,20 +1514,12 @@ impl<'m> Partitioner<'m> {
         else {
             return Ok(None);
         };
-        let mesh = &self.out.mesh;
-        let moved = i64::from(sh.tiles(mesh, cat));
-        if moved < 2 || out[cat] < 2 {
+        if out[cat] < 2 {
             return Ok(None);
         }
-        let Some(target) = (0..out.len())
-            .filter(|&t| t != cat)
-            .find(|&t| out[t] % (moved * i64::from(sh.tiles(mesh, t))) == 0)
-        else {
+        let Some(temp) = tiles_moved_off(&self.out.mesh, &out, &sh, cat) else {
             return Ok(None);
         };
-        let mut temp = sh.clone();
-        let axes = std::mem::take(&mut temp.dims[cat]);
-        temp.dims[target].extend(axes);
         let mut ids = Vec::with_capacity(ops.len());
         for (k, o) in ops.iter().enumerate() {
             let g = &self.src.instr(ins.operands[k]).shape;
@@ -1533,6 +1527,53 @@ impl<'m> Partitioner<'m> {
         }
         let joined = self.local_op(cb, ins, ids, temp, ins.attrs.clone())?;
         self.reshard_val(cb, &joined, &ins.shape, &[sh]).map(Some)
+    }
+
+    /// A sort along a tiled dim, as XLA's HandleSort partitions it: the
+    /// dim's tiles move to the first other dim whose rows divide among them
+    /// (all-to-alls), each device sorts whole rows, and the result is
+    /// resharded to the sort's own tiling. `None` where the sort dim is not
+    /// tiled, the results are tiled unlike each other, or no dim can take
+    /// the tiles (`dim_constrained` gathers the sort dim, as XLA does).
+    fn sorted(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+    ) -> Result<Option<Val>, SpmdError> {
+        let leaves = leaves_of(&ins.shape);
+        let Some(out) = leaves.first().map(|l| l.dims().to_vec()) else {
+            return Ok(None);
+        };
+        let Some(&dim) = ins.attr_dims("dimensions").first() else {
+            return Ok(None);
+        };
+        let asked = match self.annotation(ins)? {
+            Some(a) if a.windows(2).any(|w| w[0] != w[1]) => return Ok(None),
+            Some(a) => a.into_iter().next(),
+            None => None,
+        };
+        let own = ops
+            .first()
+            .and_then(|o| o.sh.first())
+            .map(Sh::without_partial);
+        let Some(sh) = asked
+            .or(own)
+            .filter(|s| out.len() > 1 && s.rank() == out.len() && dim < out.len())
+        else {
+            return Ok(None);
+        };
+        let Some(temp) = tiles_moved_off(&self.out.mesh, &out, &sh, dim) else {
+            return Ok(None);
+        };
+        let mut ids = Vec::with_capacity(ops.len());
+        for (k, o) in ops.iter().enumerate() {
+            let g = &self.src.instr(ins.operands[k]).shape;
+            ids.push(self.reshard_val(cb, o, g, std::slice::from_ref(&temp))?.id);
+        }
+        let v = self.local_op(cb, ins, ids, temp, ins.attrs.clone())?;
+        let back = vec![sh; leaves.len()];
+        self.reshard_val(cb, &v, &ins.shape, &back).map(Some)
     }
 
     /// A reverse of tiled dims, kept tiled as XLA keeps it: the shards
@@ -3979,6 +4020,24 @@ impl Partitioner<'_> {
 /// Per dim of a static slice or a pad: (low, high, stride, interior) of the
 /// window of one row XLA reads it as (a slice's start and end cut rows:
 /// negative padding).
+/// `sh` with the tiles of `dim` moved onto the first other dim whose
+/// rows divide among its tiles and them (XLA's
+/// GetFirstTargetDimToMoveShardingTiles and MoveAndMergeShardingTiles);
+/// `None` when `dim` is not tiled or no dim can take its tiles.
+fn tiles_moved_off(mesh: &crate::mesh::Mesh, dims: &[i64], sh: &Sh, dim: usize) -> Option<Sh> {
+    let moved = i64::from(sh.tiles(mesh, dim));
+    if moved < 2 {
+        return None;
+    }
+    let target = (0..dims.len())
+        .filter(|&t| t != dim)
+        .find(|&t| dims[t] % (moved * i64::from(sh.tiles(mesh, t))) == 0)?;
+    let mut temp = sh.clone();
+    let axes = std::mem::take(&mut temp.dims[dim]);
+    temp.dims[target].extend(axes);
+    Some(temp)
+}
+
 fn slice_or_pad_windows(ins: &Instruction, base: &[i64]) -> Option<Vec<(i64, i64, i64, i64)>> {
     let windows: Vec<(i64, i64, i64, i64)> =
         match (ins.opcode, ins.attr("slice"), ins.attr("padding")) {
