@@ -457,6 +457,18 @@ def _():
     return Case(lambda x: (x[:, :3] * 2.0).reshape(4, 24), [normal(r, (4, 16, 8))], [P(None, "x")], m)
 
 
+@case("reshape_merge_uneven", "reshape", "rows tiled unevenly (10 over 4) merged with the columns into one dim tiled 4 ways: XLA moves the misaligned rows with a halo exchange")
+def _():
+    r, m = rng_for("rmu"), mesh((4,), ("x",))
+    return Case(lambda x: wsc((x[:10] * 2.0).reshape(80), m, P("x")) + 1.0, [normal(r, (12, 8))], [P("x")], m)
+
+
+@case("reshape_split_uneven", "reshape", "a dim of 80 tiled 4 ways split into 10 rows tiled 4 ways (unevenly): XLA gives each device the elements of its rows with a halo exchange, then reshapes")
+def _():
+    r, m = rng_for("rsu"), mesh((4,), ("x",))
+    return Case(lambda x: wsc((x * 2.0).reshape(10, 8), m, P("x", None)) + 1.0, [normal(r, (80,))], [P("x")], m)
+
+
 @case("reverse_uneven_tiled", "slice", "flip a dim tiled unevenly (10 rows over 4): shards pad on the left with a halo, then change places")
 def _():
     r, m = rng_for("rut"), mesh((4,), ("x",))

@@ -1124,12 +1124,98 @@ impl<'m> Partitioner<'m> {
         let s = ops[0].sh[0].without_partial();
         let (in_sh, out_sh) = match reshape_sharding(&g_in, &g_out, &s, &self.out.mesh) {
             Some(o) => (s, o),
-            None => (Sh::replicated(g_in.len()), Sh::replicated(g_out.len())),
+            None => {
+                if let Some(v) = self.reshape_with_halo(cb, ins, &ops[0], (&g_in, &g_out))? {
+                    return Ok(v);
+                }
+                (Sh::replicated(g_in.len()), Sh::replicated(g_out.len()))
+            }
         };
         let x = self.arr(cb, &ops[0], &self.src.instr(ins.operands[0]).shape, &in_sh)?;
         let mut ins2 = ins.clone();
         ins2.opcode = Opcode::Reshape;
         self.local_op(cb, &ins2, vec![x], out_sh, ins.attrs.clone())
+    }
+
+    /// A reshape that merges a dim tiled unevenly with the dims after it
+    /// into one dim tiled as many ways over the same axes (its sharding asks
+    /// for that), as XLA's `shard_reshape` does it: each device reshapes its
+    /// rows, then the elements it needs but does not hold move in a halo
+    /// exchange. `None` where the dims do not line up so.
+    fn reshape_with_halo(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        operand: &Val,
+        (g_in, g_out): (&[i64], &[i64]),
+    ) -> Result<Option<Val>, SpmdError> {
+        let Some(to) = self.annotation(ins)?.and_then(|a| a.into_iter().next()) else {
+            return Ok(None);
+        };
+        let from = operand.sh[0].without_partial();
+        let (Some(di), Some(dout)) = (only_tiled_dim(&from), only_tiled_dim(&to)) else {
+            return Ok(None);
+        };
+        let axes = from.dims[di].clone();
+        let majors = |g: &[i64], d: usize| g[..d].iter().product::<i64>();
+        if to.dims[dout] != axes
+            || !to.partial.is_empty()
+            || majors(g_in, di) != majors(g_out, dout)
+        {
+            return Ok(None);
+        }
+        let parts = i64::from(self.out.mesh.count(&axes));
+        let (rows_in, rows_out) = (g_in[di], g_out[dout]);
+        let zero = self.out.zero(cb, self.out.ty(operand.id));
+        let global_in = &self.src.instr(ins.operands[0]).shape;
+        let x = self.arr(cb, operand, global_in, &from)?;
+        let local_out = to.local_dims(&self.out.mesh, g_out);
+        // A merge: each device reshapes its rows, then takes the rows of
+        // its output shard. (XLA splits a dim by regrouping the devices
+        // through PropagateShardingThroughReshape first, which tpusim does
+        // not model: a split is gathered.)
+        if rows_out % rows_in != 0 {
+            return Ok(None);
+        }
+        let held = ceil_div(rows_in, parts) * (rows_out / rows_in);
+        let mut tmp = local_out;
+        tmp[dout] = held;
+        let w = DimWindow {
+            base: held * parts,
+            parts,
+            shard: held,
+            stride: 1,
+            low: 0,
+            high: rows_out - held * parts,
+        };
+        let Ok(plan) = halo::plan_windows(&w) else {
+            return Ok(None);
+        };
+        let merged = self.reshaped_locally(cb, ins, x, &tmp);
+        let reshaped = self
+            .out
+            .exchange_halo(cb, merged, (dout, &axes), &plan, zero, None);
+        Ok(Some(Val {
+            id: reshaped,
+            sh: vec![to],
+        }))
+    }
+
+    /// `x` reshaped on each device to `dims`, named as `ins`.
+    fn reshaped_locally(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        x: InstrId,
+        dims: &[i64],
+    ) -> InstrId {
+        let ty = self.out.ty(x);
+        if self.out.dims(x) == dims {
+            return x;
+        }
+        let mut local = ins.clone();
+        local.opcode = Opcode::Reshape;
+        self.copy_as(cb, &local, Shape::array(ty, dims.to_vec()), vec![x], vec![])
     }
 
     fn dot(
@@ -4020,6 +4106,13 @@ impl Partitioner<'_> {
 /// Per dim of a static slice or a pad: (low, high, stride, interior) of the
 /// window of one row XLA reads it as (a slice's start and end cut rows:
 /// negative padding).
+/// The one dim `sh` tiles, when it tiles exactly one.
+fn only_tiled_dim(sh: &Sh) -> Option<usize> {
+    let mut tiled = (0..sh.rank()).filter(|&d| !sh.dims[d].is_empty());
+    let d = tiled.next()?;
+    tiled.next().is_none().then_some(d)
+}
+
 /// `sh` with the tiles of `dim` moved onto the first other dim whose
 /// rows divide among its tiles and them (XLA's
 /// GetFirstTargetDimToMoveShardingTiles and MoveAndMergeShardingTiles);
