@@ -1781,7 +1781,7 @@ fn common_prefix(a: &[Axis], b: &[Axis]) -> usize {
 /// The shards of a dim that take part in a halo exchange: the exchange's
 /// shard `k` is tile `shards[k]` of the dim's axes (every tile, in order,
 /// unless the plan trims some).
-pub(crate) struct Shards {
+struct Shards {
     groups: Vec<Vec<i64>>,
     shards: Vec<i64>,
     /// Per device: its exchange shard (0 for a device left out: its rows

@@ -186,14 +186,7 @@ pub fn plan_windows(w: &DimWindow) -> Result<WindowPlan, NoHalo> {
 }
 
 fn trimmed(w: &DimWindow) -> Result<WindowPlan, NoHalo> {
-    let DimWindow {
-        base,
-        parts: n,
-        shard: s,
-        stride,
-        low,
-        high,
-    } = *w;
+    let (base, n, s, stride, low, high) = (w.base, w.parts, w.shard, w.stride, w.low, w.high);
     let full = base + low + high;
     let count = (full - 1) / stride + 1;
     let mut kept = n;

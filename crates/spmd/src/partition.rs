@@ -1166,10 +1166,6 @@ impl<'m> Partitioner<'m> {
         }
         let parts = i64::from(self.out.mesh.count(&axes));
         let (rows_in, rows_out) = (g_in[di], g_out[dout]);
-        let zero = self.out.zero(cb, self.out.ty(operand.id));
-        let global_in = &self.src.instr(ins.operands[0]).shape;
-        let x = self.arr(cb, operand, global_in, &from)?;
-        let local_out = to.local_dims(&self.out.mesh, g_out);
         // A merge: each device reshapes its rows, then takes the rows of
         // its output shard. (XLA splits a dim by regrouping the devices
         // through PropagateShardingThroughReshape first, which tpusim does
@@ -1178,8 +1174,6 @@ impl<'m> Partitioner<'m> {
             return Ok(None);
         }
         let held = ceil_div(rows_in, parts) * (rows_out / rows_in);
-        let mut tmp = local_out;
-        tmp[dout] = held;
         let w = DimWindow {
             base: held * parts,
             parts,
@@ -1191,6 +1185,11 @@ impl<'m> Partitioner<'m> {
         let Ok(plan) = halo::plan_windows(&w) else {
             return Ok(None);
         };
+        let global_in = &self.src.instr(ins.operands[0]).shape;
+        let x = self.arr(cb, operand, global_in, &from)?;
+        let zero = self.out.zero(cb, self.out.ty(x));
+        let mut tmp = to.local_dims(&self.out.mesh, g_out);
+        tmp[dout] = held;
         let merged = self.reshaped_locally(cb, ins, x, &tmp);
         let reshaped = self
             .out
@@ -1606,13 +1605,27 @@ impl<'m> Partitioner<'m> {
         let Some(temp) = tiles_moved_off(&self.out.mesh, &out, &sh, cat) else {
             return Ok(None);
         };
+        self.through_tiling(cb, ins, ops, temp, sh).map(Some)
+    }
+
+    /// `ins` computed with every operand and result tiled as `temp`, the
+    /// result then resharded to `back` (every leaf alike).
+    fn through_tiling(
+        &mut self,
+        cb: &mut CompB,
+        ins: &Instruction,
+        ops: &[Val],
+        temp: Sh,
+        back: Sh,
+    ) -> Result<Val, SpmdError> {
         let mut ids = Vec::with_capacity(ops.len());
         for (k, o) in ops.iter().enumerate() {
             let g = &self.src.instr(ins.operands[k]).shape;
             ids.push(self.reshard_val(cb, o, g, std::slice::from_ref(&temp))?.id);
         }
-        let joined = self.local_op(cb, ins, ids, temp, ins.attrs.clone())?;
-        self.reshard_val(cb, &joined, &ins.shape, &[sh]).map(Some)
+        let v = self.local_op(cb, ins, ids, temp, ins.attrs.clone())?;
+        let back = vec![back; v.sh.len()];
+        self.reshard_val(cb, &v, &ins.shape, &back)
     }
 
     /// A sort along a tiled dim, as XLA's HandleSort partitions it: the
@@ -1621,6 +1634,8 @@ impl<'m> Partitioner<'m> {
     /// resharded to the sort's own tiling. `None` where the sort dim is not
     /// tiled, the results are tiled unlike each other, or no dim can take
     /// the tiles (`dim_constrained` gathers the sort dim, as XLA does).
+    /// XLA's own path for a sort that is a top-k (an iota operand, slices
+    /// of the first k) is not modelled: such a sort is partitioned as any.
     fn sorted(
         &mut self,
         cb: &mut CompB,
@@ -1652,14 +1667,7 @@ impl<'m> Partitioner<'m> {
         let Some(temp) = tiles_moved_off(&self.out.mesh, &out, &sh, dim) else {
             return Ok(None);
         };
-        let mut ids = Vec::with_capacity(ops.len());
-        for (k, o) in ops.iter().enumerate() {
-            let g = &self.src.instr(ins.operands[k]).shape;
-            ids.push(self.reshard_val(cb, o, g, std::slice::from_ref(&temp))?.id);
-        }
-        let v = self.local_op(cb, ins, ids, temp, ins.attrs.clone())?;
-        let back = vec![sh; leaves.len()];
-        self.reshard_val(cb, &v, &ins.shape, &back).map(Some)
+        self.through_tiling(cb, ins, ops, temp, sh).map(Some)
     }
 
     /// A reverse of tiled dims, kept tiled as XLA keeps it: the shards
