@@ -469,6 +469,13 @@ def _():
     return Case(lambda x: wsc((x * 2.0).reshape(10, 8), m, P("x", None)) + 1.0, [normal(r, (80,))], [P("x")], m)
 
 
+@case("last_rows_padded_tiled", "slice", "the last 2 positions of a sequence tiled 8 ways, padded by 3 ones at the end and kept tiled: a trimmed exchange whose padding is masked")
+def _():
+    r, m = rng_for("lrpt"), mesh((8,), ("x",))
+    f = lambda x: wsc(jnp.pad(x[:, 14:], ((0, 0), (0, 3), (0, 0)), constant_values=1.0), m, P(None, "x")) * 2.0
+    return Case(f, [normal(r, (4, 16, 8))], [P(None, "x")], m)
+
+
 @case("reverse_uneven_tiled", "slice", "flip a dim tiled unevenly (10 rows over 4): shards pad on the left with a halo, then change places")
 def _():
     r, m = rng_for("rut"), mesh((4,), ("x",))
