@@ -476,6 +476,15 @@ def _():
     return Case(f, [normal(r, (4, 16, 8))], [P(None, "x")], m)
 
 
+@case("uneven_tail_padded_tiled", "slice", "the last 2 of 5 rows tiled 4 ways unevenly, padded by a row of 7s and kept tiled: the trimmed exchange masks the uneven shard's padding first")
+def _():
+    r, m = rng_for("utpt"), mesh((4,), ("x",))
+    def f(x):
+        y = wsc(x[:5] * 2.0, m, P("x"))
+        return wsc(jnp.pad(y[3:], ((0, 1), (0, 0)), constant_values=7.0), m, P("x")) + 1.0
+    return Case(f, [normal(r, (8, 4))], [P("x")], m)
+
+
 @case("reverse_uneven_tiled", "slice", "flip a dim tiled unevenly (10 rows over 4): shards pad on the left with a halo, then change places")
 def _():
     r, m = rng_for("rut"), mesh((4,), ("x",))
