@@ -220,4 +220,18 @@ mod tests {
         format_float(&mut s, 3.4028235e38f32 as f64, PrimitiveType::F32);
         assert_eq!(s, "3.4028235e38");
     }
+
+    #[test]
+    fn all_zero_means_every_element_of_an_array() {
+        let zero = |d: LiteralData| Literal::Array(d).is_all_zero();
+        assert!(zero(LiteralData::Float(vec![0.0, -0.0])));
+        assert!(zero(LiteralData::Pred(vec![false])));
+        assert!(zero(LiteralData::Complex(vec![(0.0, -0.0)])));
+        assert!(!zero(LiteralData::Int(vec![0, 1])));
+        assert!(!zero(LiteralData::Complex(vec![(0.0, 1.0)])));
+        assert!(!zero(LiteralData::Float(vec![f64::NAN])));
+        // Unknown values are not known to be zero.
+        assert!(!Literal::Elided.is_all_zero());
+        assert!(!Literal::Tuple(vec![Literal::Array(LiteralData::Int(vec![0]))]).is_all_zero());
+    }
 }

@@ -445,13 +445,24 @@ impl Out {
                 interior: 0,
             })
             .collect();
-        let shape = Shape::array(self.ty(x), dims.to_vec());
+        self.pad(cb, x, pads, z)
+    }
+
+    /// `x` padded with `fill` as `pads` say, one per dim.
+    fn pad(&mut self, cb: &mut CompB, x: InstrId, pads: Vec<PadDim>, fill: InstrId) -> InstrId {
+        let dims = self
+            .dims(x)
+            .iter()
+            .zip(&pads)
+            .map(|(&n, p)| p.low + n + p.high + (n - 1).max(0) * p.interior)
+            .collect();
+        let shape = Shape::array(self.ty(x), dims);
         self.emit(
             cb,
             "pad",
             Opcode::Pad,
             shape,
-            vec![x, z],
+            vec![x, fill],
             vec![attr("padding", AttrValue::Padding(pads))],
         )
     }
@@ -535,24 +546,16 @@ impl Out {
             vec![],
         );
         let rel = self.shard_relative(cb, clamped, (axes, local));
-        let hit = self.within(cb, rel, 0, local);
+        let hit = self.within(cb, rel, Some(0), local);
         (rel, hit)
     }
 
     /// Whether each element of the `s32` array `x` lies in `lo..hi`.
-    fn within(&mut self, cb: &mut CompB, x: InstrId, lo: i64, hi: i64) -> InstrId {
+    fn within(&mut self, cb: &mut CompB, x: InstrId, lo: Option<i64>, hi: i64) -> InstrId {
         let dims = self.dims(x);
         let pred = Shape::array(PrimitiveType::Pred, dims.clone());
-        let (lo, hi) = (self.s32_splat(cb, lo, &dims), self.s32_splat(cb, hi, &dims));
         let direction = |d: &str| vec![attr("direction", AttrValue::Ident(d.into()))];
-        let from = self.emit(
-            cb,
-            "compare",
-            Opcode::Compare,
-            pred.clone(),
-            vec![x, lo],
-            direction("GE"),
-        );
+        let hi = self.s32_splat(cb, hi, &dims);
         let below = self.emit(
             cb,
             "compare",
@@ -560,6 +563,18 @@ impl Out {
             pred.clone(),
             vec![x, hi],
             direction("LT"),
+        );
+        let Some(lo) = lo else {
+            return below;
+        };
+        let lo = self.s32_splat(cb, lo, &dims);
+        let from = self.emit(
+            cb,
+            "compare",
+            Opcode::Compare,
+            pred.clone(),
+            vec![x, lo],
+            direction("GE"),
         );
         self.emit(cb, "and", Opcode::And, pred, vec![from, below], vec![])
     }
@@ -681,7 +696,7 @@ impl Out {
         let x = match mask {
             Some(base) if trim.premask => {
                 let starts = self.mesh.first_rows(axes, rows);
-                self.keep_rows(cb, x, dim, starts, (0, base), fill)
+                self.keep_rows(cb, x, dim, starts, (None, base), fill)
             }
             _ => x,
         };
@@ -745,7 +760,14 @@ impl Out {
             .iter()
             .map(|&i| plan.window_starts[i as usize])
             .collect();
-        self.keep_rows(cb, cut, dim, starts, (plan.low, base + plan.low), fill)
+        self.keep_rows(
+            cb,
+            cut,
+            dim,
+            starts,
+            (Some(plan.low), base + plan.low),
+            fill,
+        )
     }
 
     /// `ExchangeHaloCompact`: the sends of `plan` (one collective-permute
@@ -1034,8 +1056,7 @@ impl Out {
         if low == 0 && high == 0 {
             return x;
         }
-        let mut dims = self.dims(x);
-        let pads = (0..dims.len())
+        let pads = (0..self.dims(x).len())
             .map(|d| {
                 let (low, high) = if d == dim { (low, high) } else { (0, 0) };
                 PadDim {
@@ -1045,27 +1066,19 @@ impl Out {
                 }
             })
             .collect();
-        dims[dim] += low + high;
-        let shape = Shape::array(self.ty(x), dims);
-        self.emit(
-            cb,
-            "pad",
-            Opcode::Pad,
-            shape,
-            vec![x, fill],
-            vec![attr("padding", AttrValue::Padding(pads))],
-        )
+        self.pad(cb, x, pads, fill)
     }
 
     /// `x` with its rows along `dim` outside `lo..hi` replaced by `fill`,
-    /// row `r` of a device standing at `starts[device] + r`.
+    /// row `r` of a device standing at `starts[device] + r` (no `lo`: rows
+    /// stand at 0 or after, only `hi` is checked).
     fn keep_rows(
         &mut self,
         cb: &mut CompB,
         x: InstrId,
         dim: usize,
         starts: Vec<i64>,
-        (lo, hi): (i64, i64),
+        (lo, hi): (Option<i64>, i64),
         fill: InstrId,
     ) -> InstrId {
         let dims = self.dims(x);
@@ -1152,7 +1165,7 @@ impl Out {
             .into_iter()
             .map(|f| f - low)
             .collect();
-        self.keep_rows(cb, x, dim, first, (0, global), fill)
+        self.keep_rows(cb, x, dim, first, (Some(0), global), fill)
     }
 
     /// `s32` indices `starts` minus this device's first row of a dim tiled by
@@ -1193,71 +1206,8 @@ impl Out {
             if k <= 1 || global[d] % k == 0 {
                 continue;
             }
-            let c = local[d];
-            let table = self.mesh.first_rows(&sh.dims[d], c);
-            let off = self.per_device(cb, table);
-            let s32 = |dims: Vec<i64>| Shape::array(PrimitiveType::S32, dims);
-            let iota = self.emit(
-                cb,
-                "iota",
-                Opcode::Iota,
-                s32(local.clone()),
-                vec![],
-                vec![attr("iota_dimension", AttrValue::Int(d as i64))],
-            );
-            let offb = self.emit(
-                cb,
-                "broadcast",
-                Opcode::Broadcast,
-                s32(local.clone()),
-                vec![off],
-                vec![attr("dimensions", AttrValue::Ints(vec![]))],
-            );
-            let pos = self.emit(
-                cb,
-                "add",
-                Opcode::Add,
-                s32(local.clone()),
-                vec![iota, offb],
-                vec![],
-            );
-            let lim = self.constant(
-                cb,
-                Shape::scalar(PrimitiveType::S32),
-                Literal::Array(LiteralData::Int(vec![global[d]])),
-            );
-            let limb = self.emit(
-                cb,
-                "broadcast",
-                Opcode::Broadcast,
-                s32(local.clone()),
-                vec![lim],
-                vec![attr("dimensions", AttrValue::Ints(vec![]))],
-            );
-            let pred = self.emit(
-                cb,
-                "compare",
-                Opcode::Compare,
-                Shape::array(PrimitiveType::Pred, local.clone()),
-                vec![pos, limb],
-                vec![attr("direction", AttrValue::Ident("LT".into()))],
-            );
-            let fillb = self.emit(
-                cb,
-                "broadcast",
-                Opcode::Broadcast,
-                Shape::array(self.ty(x), local.clone()),
-                vec![fill],
-                vec![attr("dimensions", AttrValue::Ints(vec![]))],
-            );
-            cur = self.emit(
-                cb,
-                "select",
-                Opcode::Select,
-                Shape::array(self.ty(x), local.clone()),
-                vec![pred, cur, fillb],
-                vec![],
-            );
+            let first = self.mesh.first_rows(&sh.dims[d], local[d]);
+            cur = self.keep_rows(cb, cur, d, first, (None, global[d]), fill);
         }
         cur
     }
@@ -1519,7 +1469,7 @@ impl Out {
             let tiles = self.mesh.first_rows(gather, 1);
             let parts = i64::from(self.mesh.count(gather));
             if parts != want {
-                cur = self.keep_rows(cb, cur, *d, tiles.clone(), (0, want), zero);
+                cur = self.keep_rows(cb, cur, *d, tiles.clone(), (None, want), zero);
             }
             offsets[*d] = Some(tiles.iter().map(|&t| t.min(want - 1)).collect());
             full[*d] = want;

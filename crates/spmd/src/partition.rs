@@ -1588,13 +1588,8 @@ impl<'m> Partitioner<'m> {
         let Some(&cat) = ins.attr_dims("dimensions").first() else {
             return Ok(None);
         };
-        let own = ops
-            .first()
-            .and_then(|o| o.sh.first())
-            .map(Sh::without_partial);
-        let asked = self.annotation(ins)?.and_then(|a| a.into_iter().next());
-        let Some(sh) = asked
-            .or(own)
+        let Some(sh) = self
+            .op_tiling(ins, ops)?
             .filter(|s| s.rank() == out.len() && cat < out.len())
         else {
             return Ok(None);
@@ -1606,6 +1601,20 @@ impl<'m> Partitioner<'m> {
             return Ok(None);
         };
         self.through_tiling(cb, ins, ops, temp, sh).map(Some)
+    }
+
+    /// The tiling `ins` is computed in: its own sharding (`None` when its
+    /// result leaves are tiled unlike each other), else its first
+    /// operand's, without partial sums.
+    fn op_tiling(&self, ins: &Instruction, ops: &[Val]) -> Result<Option<Sh>, SpmdError> {
+        Ok(match self.annotation(ins)? {
+            Some(a) if a.windows(2).any(|w| w[0] != w[1]) => None,
+            Some(a) => a.into_iter().next(),
+            None => ops
+                .first()
+                .and_then(|o| o.sh.first())
+                .map(Sh::without_partial),
+        })
     }
 
     /// `ins` computed with every operand and result tiled as `temp`, the
@@ -1649,17 +1658,8 @@ impl<'m> Partitioner<'m> {
         let Some(&dim) = ins.attr_dims("dimensions").first() else {
             return Ok(None);
         };
-        let asked = match self.annotation(ins)? {
-            Some(a) if a.windows(2).any(|w| w[0] != w[1]) => return Ok(None),
-            Some(a) => a.into_iter().next(),
-            None => None,
-        };
-        let own = ops
-            .first()
-            .and_then(|o| o.sh.first())
-            .map(Sh::without_partial);
-        let Some(sh) = asked
-            .or(own)
+        let Some(sh) = self
+            .op_tiling(ins, ops)?
             .filter(|s| out.len() > 1 && s.rank() == out.len() && dim < out.len())
         else {
             return Ok(None);
@@ -1946,41 +1946,26 @@ impl<'m> Partitioner<'m> {
             .windows
             .iter()
             .enumerate()
-            .map(|(d, &(low, high, _, interior))| {
-                if sh.dims[d].is_empty() {
-                    PadDim {
+            .map(
+                |(d, &(low, high, _, interior))| match sh.dims[d].is_empty() {
+                    true => PadDim {
                         low,
                         high,
                         interior,
-                    }
-                } else {
-                    PadDim {
-                        low: 0,
-                        high: 0,
-                        interior: 0,
-                    }
-                }
-            })
+                    },
+                    false => PadDim::default(),
+                },
+            )
             .collect();
-        if pads
-            .iter()
-            .all(|p| (p.low, p.high, p.interior) == (0, 0, 0))
-        {
+        if pads.iter().all(|p| *p == PadDim::default()) {
             return Ok(Some(Val {
                 id: cur,
                 sh: vec![sh],
             }));
         }
-        let shape = self.local_shape(&ins.shape, std::slice::from_ref(&sh));
-        let id = self.out.emit(
-            cb,
-            "pad",
-            Opcode::Pad,
-            shape,
-            vec![cur, fill],
-            vec![attr("padding", AttrValue::Padding(pads))],
-        );
-        Ok(Some(Val { id, sh: vec![sh] }))
+        let mut attrs = ins.attrs.clone();
+        set_attr(&mut attrs, "padding", AttrValue::Padding(pads));
+        self.local_op(cb, ins, vec![cur, fill], sh, attrs).map(Some)
     }
 
     /// Ops that need some dims whole (sliced, padded, reversed, sorted, windowed,
@@ -4111,9 +4096,6 @@ impl Partitioner<'_> {
     }
 }
 
-/// Per dim of a static slice or a pad: (low, high, stride, interior) of the
-/// window of one row XLA reads it as (a slice's start and end cut rows:
-/// negative padding).
 /// The one dim `sh` tiles, when it tiles exactly one.
 fn only_tiled_dim(sh: &Sh) -> Option<usize> {
     let mut tiled = (0..sh.rank()).filter(|&d| !sh.dims[d].is_empty());
@@ -4139,6 +4121,9 @@ fn tiles_moved_off(mesh: &crate::mesh::Mesh, dims: &[i64], sh: &Sh, dim: usize) 
     Some(temp)
 }
 
+/// Per dim of a static slice or a pad: (low, high, stride, interior) of the
+/// window of one row XLA reads it as (a slice's start and end cut rows:
+/// negative padding).
 fn slice_or_pad_windows(ins: &Instruction, base: &[i64]) -> Option<Vec<(i64, i64, i64, i64)>> {
     let windows: Vec<(i64, i64, i64, i64)> =
         match (ins.opcode, ins.attr("slice"), ins.attr("padding")) {
